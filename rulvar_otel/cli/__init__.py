@@ -1,0 +1,28 @@
+"""``rulvar-otel``: export Rulvar runs as OpenTelemetry traces and metrics.
+
+Each command lives in its own module and registers itself on the one Typer app.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from rulvar_otel.cli import _demo, _export, _inspect, _tail
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="rulvar-otel",
+    help="Export Rulvar runs (JSONL streams, a Rulvar server, the bundled engine) to OpenTelemetry.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+for _module in (_export, _demo, _tail, _inspect):
+    _module.register(app)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

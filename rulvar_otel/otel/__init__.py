@@ -1,0 +1,1 @@
+"""OpenTelemetry mapping: spans (and metrics) from a run's event stream."""

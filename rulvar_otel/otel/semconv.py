@@ -1,0 +1,88 @@
+"""Every attribute, span-event and metric name the package emits, in one place.
+
+Dashboards, alert rules, collector configs and tests read names from here, so nothing can query a
+name the exporter does not write. ``gen_ai.*`` names follow the OpenTelemetry GenAI semantic
+conventions (still flagged unstable upstream: the mapping is documented per release).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- every span -------------------------------------------------------------------------------
+RUN_ID: Final = "rulvar.run_id"
+ENTRY_SEQ: Final = "rulvar.entry_seq"  # the opening event's telemetry seq, never a journal ref
+SCOPE: Final = "rulvar.scope"
+REPLAYED: Final = "rulvar.replayed"
+STATUS: Final = "rulvar.status"
+PARENT_INFERRED: Final = "rulvar.parent.inferred"
+PARENT_SPAN_ID: Final = "rulvar.parent_span_id"
+END_INFERRED: Final = "rulvar.span.end_inferred"
+
+# --- agent and invocation spans ---------------------------------------------------------------
+AGENT_TYPE: Final = "rulvar.agent_type"
+INVOCATION: Final = "rulvar.invocation"
+COST_USD: Final = "rulvar.cost_usd"
+RETRY_COUNT: Final = "rulvar.retry_count"
+RETRIES: Final = "rulvar.retries"
+EXPLORATION_PREFIX: Final = "rulvar.exploration."
+EXPLORATION_FIELDS: Final = (
+    ("toolCallsUsed", "rulvar.exploration.tool_calls_used"),
+    ("distinctSignatures", "rulvar.exploration.distinct_signatures"),
+    ("repeatedCalls", "rulvar.exploration.repeated_calls"),
+    ("duplicateResultCalls", "rulvar.exploration.duplicate_result_calls"),
+    ("deniedRepeats", "rulvar.exploration.denied_repeats"),
+)
+
+# --- tool spans -------------------------------------------------------------------------------
+TOOL_NAME: Final = "rulvar.tool_name"
+TOOL_CALL_ID: Final = "rulvar.tool.call_id"
+TOOL_GUARD: Final = "rulvar.tool.guard"
+
+# --- run span terminal facts ------------------------------------------------------------------
+RUN_COMPLETION: Final = "rulvar.run.completion"
+RUN_CHILD_STATUS_COUNTS: Final = "rulvar.run.childStatusCounts"
+RUN_DEGRADED_REASONS: Final = "rulvar.run.degradedReasons"
+RUN_SALVAGED_PARTIAL: Final = "rulvar.run.salvagedPartialChildren"
+RUN_SALVAGED_TERMINAL_OUTPUT: Final = "rulvar.run.salvagedTerminalOutputChildren"
+RUN_ACCEPTANCE_CHILDREN: Final = "rulvar.run.acceptanceChildren"
+RUN_TOTAL_USD: Final = "rulvar.run.total_usd"
+RUN_AGENTS_SPAWNED: Final = "rulvar.run.agents_spawned"
+RUN_SETTLED: Final = "rulvar.run.settled"
+RUN_SETTLED_REASON: Final = "rulvar.run.settled_reason"
+# run:end field -> attribute, JSON-encoded compactly
+RUN_JSON_FACTS: Final = (
+    ("childStatusCounts", RUN_CHILD_STATUS_COUNTS),
+    ("degradedReasons", RUN_DEGRADED_REASONS),
+    ("salvagedPartialChildren", RUN_SALVAGED_PARTIAL),
+    ("salvagedTerminalOutputChildren", RUN_SALVAGED_TERMINAL_OUTPUT),
+    ("acceptanceChildren", RUN_ACCEPTANCE_CHILDREN),
+)
+
+# --- span events ------------------------------------------------------------------------------
+EVENT_FIELD_PREFIX: Final = "rulvar.event."
+DETERMINISM_CATEGORY: Final = "rulvar.determinism.category"
+DETERMINISM_PROVENANCE: Final = "rulvar.determinism.provenance"
+CODE_FILEPATH: Final = "code.filepath"
+CODE_LINENO: Final = "code.lineno"
+
+# --- OpenTelemetry GenAI semantic conventions -------------------------------------------------
+GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
+GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+# The convention is renaming cache_creation to cache_write; we emit the name current releases of
+# the convention define and will follow the rename when it stabilises.
+GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: Final = "gen_ai.usage.cache_read.input_tokens"
+GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: Final = "gen_ai.usage.cache_creation.input_tokens"
+GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: Final = "gen_ai.usage.reasoning.output_tokens"
+GEN_AI_OPERATION_EXECUTE_TOOL: Final = "execute_tool"
+ERROR_TYPE: Final = "error.type"
+
+# --- resource ---------------------------------------------------------------------------------
+DEFAULT_SERVICE_NAME: Final = "rulvar"
+INSTRUMENTATION_SCOPE: Final = "rulvar_otel"
