@@ -1,0 +1,380 @@
+"""The live progress view the CLI commands share (``--progress auto|tty|lines|off``).
+
+On a terminal it is a tree repainted in place at a bounded rate (rich's ``Live``); in pipes and
+CI it prints append-only plain lines (one per lifecycle fact, budget lines throttled). Output
+goes to stderr so stdout stays the command's own. ``NO_COLOR`` is honoured (rich reads it).
+
+Every dynamic string comes out of :class:`~rulvar_otel.core.progress.ProgressState` already
+masked and sanitized, and is added to rich ``Text`` objects as plain text (never as markup), so
+a label cannot smuggle styles, escapes or newlines onto the screen.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Literal, TextIO
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.text import Text
+
+from rulvar_otel.core.handle import RunOutcome
+from rulvar_otel.core.masking import SecretMasker, default_masker, sanitize_terminal_text
+from rulvar_otel.core.progress import (
+    AgentRow,
+    ProgressLines,
+    ProgressState,
+    format_duration,
+    format_tokens,
+    format_usd,
+)
+from rulvar_otel.errors import ConfigError
+
+__all__ = ["PROGRESS_MODES", "ProgressView", "open_progress", "summary_lines"]
+
+PROGRESS_MODES: Final = ("auto", "tty", "lines", "off")
+ProgressMode = Literal["auto", "tty", "lines", "off"]
+
+_SPINNER: Final = "|/-\\"
+_GLYPHS: Final = {
+    "ok": "✓",
+    "error": "✗",
+    "cancelled": "⊘",
+    "queued": "·",
+    "unsettled": "?",
+}
+_STATUS_STYLE: Final = {"ok": "green", "error": "red", "cancelled": "yellow", "exhausted": "yellow"}
+# Rows shown before the tree collapses settled agents into a count (a 1,000-agent run stays legible).
+_MAX_ROWS: Final = 40
+_BAR_WIDTH: Final = 12
+
+
+class ProgressView:
+    """A sink for a run's events. ``feed`` each wire-form event, then ``close`` once."""
+
+    def __init__(self, state: ProgressState) -> None:
+        self.state = state
+        self._closed = False
+
+    def feed(self, event: Mapping[str, Any]) -> None:
+        """Fold one event into the view (never raises for a malformed event)."""
+        self.state.apply(event)
+
+    def close(self, outcome: RunOutcome | BaseException | None = None) -> None:
+        """Stop repainting and print the final summary (idempotent)."""
+        self._closed = True
+
+
+class _LinesView(ProgressView):
+    def __init__(self, state: ProgressState, stream: TextIO, masker: SecretMasker) -> None:
+        super().__init__(state)
+        self._printer = ProgressLines(masker, budget_interval_s=5.0, state=state)
+        self._stream = stream
+        self._masker = masker
+
+    def _write(self, lines: list[str]) -> None:
+        if lines:
+            self._stream.write("".join(line + "\n" for line in lines))
+            self._stream.flush()
+
+    def feed(self, event: Mapping[str, Any]) -> None:
+        self._write(self._printer.lines(event))
+
+    def close(self, outcome: RunOutcome | BaseException | None = None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._write(summary_lines(self.state, outcome, self._masker))
+
+
+class _TtyView(ProgressView):
+    def __init__(
+        self,
+        state: ProgressState,
+        stream: TextIO,
+        masker: SecretMasker,
+        *,
+        fps: float,
+        clock: Callable[[], float],
+        console: Console | None = None,
+    ) -> None:
+        super().__init__(state)
+        self._masker = masker
+        self._clock = clock
+        self._fed_at = clock()
+        self._lock = threading.Lock()
+        self._console = console or Console(file=stream, force_terminal=True, highlight=False, soft_wrap=False)
+        self._live = Live(
+            console=self._console,
+            get_renderable=self._renderable,
+            refresh_per_second=fps,
+            transient=False,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        self._live.start()
+
+    def feed(self, event: Mapping[str, Any]) -> None:
+        with self._lock:
+            self.state.apply(event)
+            self._fed_at = self._clock()
+
+    def close(self, outcome: RunOutcome | BaseException | None = None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._live.stop()  # paints the final frame once more
+        for line in summary_lines(self.state, outcome, self._masker):
+            self._console.print(Text(line), highlight=False)
+
+    def _renderable(self) -> RenderableType:
+        with self._lock:
+            return render_tree(self.state, self._clock() - self._fed_at, self._clock())
+
+
+def _spinner(now: float) -> str:
+    return _SPINNER[int(now * 8) % len(_SPINNER)]
+
+
+def _glyph(row: AgentRow, now: float) -> str:
+    if row.status == "running":
+        return "↺" if row.replayed else _spinner(now)
+    return _GLYPHS.get(row.status, "•")
+
+
+def _bar(spent: float, ceiling: float) -> str:
+    filled = 0 if ceiling <= 0 else min(_BAR_WIDTH, round(_BAR_WIDTH * spent / ceiling))
+    return "#" * filled + "." * (_BAR_WIDTH - filled)
+
+
+def render_tree(state: ProgressState, since_last_event: float = 0.0, now: float = 0.0) -> RenderableType:
+    """The tree as rich renderables: the header, phases and agents nested by span, children.
+
+    ``since_last_event`` advances running timers between events on a live stream.
+    """
+    live_extra = max(0.0, since_last_event) if not state.finished else 0.0
+    lines: list[Text] = [_header(state, live_extra, now)]
+    children_of: dict[str | None, list[tuple[str, str]]] = {}
+    for phase in state.phases.values():
+        children_of.setdefault(phase.parent_span_id, []).append(("phase", phase.span_id))
+    for child in state.children.values():
+        children_of.setdefault(child.parent_span_id, []).append(("child", child.span_id))
+    agents = list(state.agents.values())
+    shown: set[str] = set()
+    if len(agents) > _MAX_ROWS:
+        running = [a for a in agents if not a.done]
+        settled = [a for a in agents if a.done]
+        keep = running[:_MAX_ROWS] + settled[-max(0, _MAX_ROWS - len(running)) :]
+        shown = {a.span_id for a in keep}
+    else:
+        shown = {a.span_id for a in agents}
+    for agent in agents:
+        if agent.span_id in shown:
+            children_of.setdefault(agent.parent_span_id, []).append(("agent", agent.span_id))
+    known = set(state.phases) | set(state.agents) | set(state.children)
+    roots = [(p, items) for p, items in children_of.items() if p is None or p not in known]
+    for _parent, items in roots:
+        for kind, span_id in items:
+            _render_node(state, kind, span_id, children_of, 1, lines, live_extra, now, set())
+    hidden = len(agents) - len(shown)
+    if hidden:
+        lines.append(Text(f"  … {hidden} settled agents not shown", style="dim"))
+    return Group(*lines)
+
+
+def _render_node(
+    state: ProgressState,
+    kind: str,
+    span_id: str,
+    children_of: dict[str | None, list[tuple[str, str]]],
+    depth: int,
+    out: list[Text],
+    live_extra: float,
+    now: float,
+    seen: set[str],
+) -> None:
+    if span_id in seen:  # a malformed stream could make a span its own ancestor
+        return
+    seen.add(span_id)
+    indent = "  " * depth
+    if kind == "phase":
+        out.append(Text(f"{indent}[{state.phases[span_id].name}]", style="bold"))
+    elif kind == "child":
+        child = state.children[span_id]
+        text = Text(f"{indent}child {child.workflow}")
+        if child.scope:
+            text.append(f" ({child.scope})", style="dim")
+        text.append(f"  {child.status}", style=_STATUS_STYLE.get(child.status, ""))
+        out.append(text)
+    else:
+        out.extend(_agent_lines(state, state.agents[span_id], indent, live_extra, now))
+    for sub_kind, sub_id in children_of.get(span_id, []):
+        _render_node(state, sub_kind, sub_id, children_of, depth + 1, out, live_extra, now, seen)
+
+
+def _agent_lines(
+    state: ProgressState, row: AgentRow, indent: str, live_extra: float, now: float
+) -> list[Text]:
+    text = Text(indent)
+    text.append(_glyph(row, now), style=_STATUS_STYLE.get(row.status, "cyan"))
+    text.append(f"  {row.name}")
+    if row.model:
+        text.append(f"  {row.model}", style="dim")
+    if row.active_role and not row.done:
+        text.append(f"  > {row.active_role}")
+    elapsed = state.agent_seconds(row)
+    if elapsed is not None and not row.done and not row.replayed:
+        elapsed += live_extra
+    text.append(f"  {format_duration(elapsed)}")
+    if row.output_tokens is not None or row.input_tokens is not None:
+        text.append(f"  in {format_tokens(row.input_tokens)} out {format_tokens(row.output_tokens)}")
+    elif (estimate := row.estimated_output_tokens) is not None:
+        text.append(f"  ~{format_tokens(estimate)} out")
+    if row.cost_usd is not None:
+        text.append(f"  {format_usd(row.cost_usd)}")
+    if row.current_tool and not row.done:
+        text.append(f"  tool: {row.current_tool}", style="dim")
+    waiting = state.waiting.get(row.span_id)
+    if waiting and not row.done:
+        text.append(f"  waiting: {waiting}", style="yellow")
+    if row.retrying:
+        text.append("  retrying", style="yellow")
+    if row.error_code and row.status != "ok":
+        text.append(f"  {row.error_code}", style="red")
+    if row.replayed:
+        text.append("  replay", style="dim")
+    if row.status not in ("running", "queued", "ok"):
+        text.append(f"  {row.status}", style=_STATUS_STYLE.get(row.status, ""))
+    lines = [text]
+    if len(row.role_seconds) > 1 or (row.role_seconds and row.active_role not in (None, *row.role_seconds)):
+        roles = " · ".join(f"{role} {format_duration(sec)}" for role, sec in row.role_seconds.items())
+        lines.append(Text(f"{indent}     roles: {roles}", style="dim"))
+    return lines
+
+
+def _header(state: ProgressState, live_extra: float, now: float) -> Text:
+    glyph = _spinner(now) if not state.finished else _GLYPHS.get(state.status, "•")
+    text = Text()
+    text.append(glyph, style=_STATUS_STYLE.get(state.status, "cyan"))
+    text.append(f"  {state.workflow or '?'}", style="bold")
+    text.append(f"  run {state.run_id or '?'}")
+    wall = state.wall_seconds()
+    if wall is not None and not state.finished:
+        wall += live_extra
+    text.append(f"  {format_duration(wall)}")
+    spent = state.total_usd if state.finished and state.total_usd is not None else state.spent_usd
+    if spent is not None:
+        text.append(f"  {format_usd(spent)}")
+        if state.ceiling_usd is not None:
+            text.append(f" / {format_usd(state.ceiling_usd)}  {_bar(spent, state.ceiling_usd)}")
+    if state.status == "suspended":
+        text.append("  suspended", style="yellow")
+    elif state.finished:
+        text.append(f"  {state.status}", style=_STATUS_STYLE.get(state.status, ""))
+    return text
+
+
+def _by_role(outcome: RunOutcome) -> dict[str, float] | None:
+    cost = outcome.cost
+    if not isinstance(cost, Mapping):
+        return None
+    by_role = cost.get("byRole")
+    if not isinstance(by_role, Mapping):
+        return None
+    out: dict[str, float] = {}
+    for role, usd in by_role.items():
+        if isinstance(role, str) and isinstance(usd, int | float) and not isinstance(usd, bool) and usd:
+            out[role] = float(usd)
+    return out
+
+
+def summary_lines(
+    state: ProgressState, outcome: RunOutcome | BaseException | None, masker: SecretMasker | None = None
+) -> list[str]:
+    """The final summary: status and completion, wall, spend, agents, tokens, per-role dollars."""
+    masker = masker or default_masker()
+
+    def clean(value: str) -> str:
+        return sanitize_terminal_text(masker.mask(value))
+
+    head = f"run {state.run_id or '?'}"
+    if state.workflow:
+        head += f" {state.workflow}"
+    if isinstance(outcome, BaseException):
+        # A source's error never crossed the event masking boundary: mask first, then sanitize.
+        lines = [f"{head} failed: {clean(type(outcome).__name__)}: {clean(str(outcome))}"]
+    else:
+        status = clean(outcome.status) if outcome is not None else state.status
+        completion = (
+            clean(outcome.completion) if outcome is not None and outcome.completion else state.completion
+        )
+        head += f" {status}"
+        if completion:
+            head += f"  completion={completion}"
+        if state.settled is False:
+            head += "  settled=false"
+        lines = [head]
+    spent = state.total_usd if state.total_usd is not None else state.spent_usd
+    figures = [f"wall {format_duration(state.wall_seconds())}"]
+    if spent is not None:
+        figures.append(
+            f"spent {format_usd(spent)}"
+            + (f" / {format_usd(state.ceiling_usd)}" if state.ceiling_usd is not None else "")
+        )
+    inp, out = state.total_tokens()
+    figures.append(f"tokens in {format_tokens(inp)} out {format_tokens(out)}")
+    lines.append("  " + "  ".join(figures))
+    counts = state.status_counts()
+    if counts:
+        agents = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+        tools = f"  tools {state.tool_calls}" + (
+            f" ({state.tool_failures} failed or denied)" if state.tool_failures else ""
+        )
+        lines.append(f"  agents: {agents}{tools}")
+    if isinstance(outcome, RunOutcome) and (by_role := _by_role(outcome)):
+        lines.append("  by role: " + " · ".join(f"{clean(r)} {format_usd(v)}" for r, v in by_role.items()))
+    if state.status == "suspended":
+        lines.append("  suspended: resume the run to continue")
+    return lines
+
+
+def _auto_is_tty(stream: TextIO) -> bool:
+    if os.environ.get("CI") or os.environ.get("TERM") == "dumb":
+        return False
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def open_progress(
+    mode: str,
+    *,
+    ceiling_usd: float | None = None,
+    stream: TextIO | None = None,
+    masker: SecretMasker | None = None,
+    fps: float = 10.0,
+    clock: Callable[[], float] = time.monotonic,
+) -> ProgressView:
+    """Open a progress view writing to ``stream`` (stderr by default).
+
+    ``mode``: ``auto`` (a repainted tree on a terminal, plain lines otherwise, lines under
+    ``CI``), ``tty``, ``lines`` or ``off``. ``ceiling_usd`` fixes the budget the header measures
+    spend against; without it the ceiling comes from ``budget:update`` (spent + remaining).
+    """
+    if mode not in PROGRESS_MODES:
+        raise ConfigError(f"--progress must be one of {', '.join(PROGRESS_MODES)}, got {mode!r}")
+    if not (0 < fps <= 60):
+        raise ConfigError(f"progress fps must be in (0, 60], got {fps!r}")
+    masker = masker or default_masker()
+    state = ProgressState(masker, ceiling_usd=ceiling_usd)
+    if mode == "off":
+        return ProgressView(state)
+    out = stream if stream is not None else sys.stderr
+    if mode == "lines" or (mode == "auto" and not _auto_is_tty(out)):
+        return _LinesView(state, out, masker)
+    return _TtyView(state, out, masker, fps=fps, clock=clock)

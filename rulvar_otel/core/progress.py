@@ -1,0 +1,615 @@
+"""Progress as a pure fold: the state a progress view shows, and the plain line printer.
+
+:class:`ProgressState` folds a run's events into what an operator watches (the run header, one
+row per agent, phases, children). :func:`render_progress` turns the same events into one plain
+line per lifecycle fact, for pipes and CI logs. Both are pure: no clock, no terminal, no I/O.
+
+Every dynamic string that reaches a line or a row passes the secret masker first and
+:func:`sanitize_terminal_text` second, so one event can never become two lines or restyle a
+terminal. Content (log text, stream deltas, error messages, prompts) is never shown: a log line
+shows its level, an error its code, a stream delta only its size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+from rulvar_otel.core.events import EventModel, event_to_wire
+from rulvar_otel.core.handle import EventLike
+from rulvar_otel.core.masking import SecretMasker, default_masker, sanitize_terminal_text
+
+__all__ = [
+    "AgentRow",
+    "ChildRow",
+    "PhaseRow",
+    "ProgressLines",
+    "ProgressState",
+    "format_duration",
+    "format_tokens",
+    "format_usd",
+    "parse_ts",
+    "render_progress",
+    "wire_of",
+]
+
+# Terminal agent statuses; anything else on agent:end is shown verbatim (sanitized).
+_DONE: Final = frozenset({"ok", "error", "cancelled", "limit", "exhausted", "aborted"})
+# Rough bytes-per-token of streamed text: the estimate is marked "~" and replaced by exact usage.
+_CHARS_PER_TOKEN: Final = 4
+
+
+def wire_of(event: EventLike) -> Mapping[str, Any]:
+    """The wire-form mapping of either event form."""
+    if isinstance(event, EventModel):
+        return event_to_wire(event)
+    return event
+
+
+def parse_ts(value: object) -> float | None:
+    """Epoch seconds of an ISO 8601 ``ts`` (None when absent or malformed)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        return None
+
+
+def _num(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _int(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def format_duration(seconds: float | None) -> str:
+    """``850ms``, ``31s``, ``1m 04s``, ``2h 03m``; ``-`` when unknown."""
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    seconds = max(seconds, 0.0)
+    if seconds < 1:
+        return f"{round(seconds * 1000)}ms"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m {whole % 60:02d}s"
+    return f"{whole // 3600}h {(whole % 3600) // 60:02d}m"
+
+
+def format_tokens(count: float | None) -> str:
+    """``950``, ``2.1k``, ``18k``, ``1.2M``."""
+    if count is None:
+        return "-"
+    if count < 1000:
+        return str(int(count))
+    if count < 10_000:
+        return f"{count / 1000:.1f}k"
+    if count < 1_000_000:
+        return f"{count / 1000:.0f}k"
+    return f"{count / 1_000_000:.1f}M"
+
+
+def format_usd(value: float | None) -> str:
+    """``$0.086``; four decimals under a cent so small runs do not read as free."""
+    if value is None:
+        return "-"
+    if value != 0 and abs(value) < 0.01:
+        return f"${value:.4f}"
+    return f"${value:.3f}"
+
+
+@dataclass
+class PhaseRow:
+    """A ``ctx.phase`` block."""
+
+    span_id: str
+    name: str
+    parent_span_id: str | None
+    started_at: float | None
+
+
+@dataclass
+class ChildRow:
+    """A child workflow."""
+
+    span_id: str
+    workflow: str
+    scope: str | None
+    parent_span_id: str | None
+    status: str = "running"
+    started_at: float | None = None
+    ended_at: float | None = None
+
+
+@dataclass
+class AgentRow:
+    """One agent dispatch as the view shows it. Names are already masked and sanitized."""
+
+    span_id: str
+    parent_span_id: str | None
+    name: str
+    model: str | None = None
+    role: str | None = None
+    status: str = "running"
+    started_at: float | None = None
+    ended_at: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost_usd: float | None = None
+    stream_chars: int = 0
+    active_role: str | None = None
+    current_tool: str | None = None
+    role_seconds: dict[str, float] = field(default_factory=dict[str, float])
+    open_phases: dict[int, str] = field(default_factory=dict[int, str])
+    replayed: bool = False
+    retrying: bool = False
+    error_code: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.status not in ("running", "queued")
+
+    @property
+    def estimated_output_tokens(self) -> int | None:
+        """A rough token estimate from streamed characters while no exact count exists."""
+        if self.output_tokens is not None or self.stream_chars == 0:
+            return None
+        return max(1, self.stream_chars // _CHARS_PER_TOKEN)
+
+
+class ProgressState:
+    """The fold behind every progress view: feed events with :meth:`apply`, read the fields.
+
+    Tolerant by design: a recognized event with a missing or mistyped field degrades its own row
+    (a ``-`` in a column) instead of raising, because a view must never stop the run it watches.
+    """
+
+    def __init__(self, masker: SecretMasker | None = None, *, ceiling_usd: float | None = None) -> None:
+        self._masker = masker or default_masker()
+        self.run_id: str | None = None
+        self.workflow: str | None = None
+        self.status: str = "running"
+        self.completion: str | None = None
+        self.settled: bool | None = None
+        self.settled_reason: str | None = None
+        self.started_at: float | None = None
+        self.ended_at: float | None = None
+        self.last_ts: float | None = None
+        self.segments = 0
+        self.spent_usd: float | None = None
+        self.remaining_usd: float | None = None
+        self.committed_reserve_usd: float | None = None
+        self.total_usd: float | None = None
+        self.ceiling_usd = ceiling_usd
+        self._ceiling_given = ceiling_usd is not None
+        self.phases: dict[str, PhaseRow] = {}
+        self.agents: dict[str, AgentRow] = {}
+        self.children: dict[str, ChildRow] = {}
+        self.waiting: dict[str, str] = {}  # span id -> what it waits on (external key, tool approval)
+        self.tool_calls = 0
+        self.tool_failures = 0
+        self.quota_denials = 0
+        self.warnings = 0
+        self.events = 0
+
+    def clean(self, value: object) -> str:
+        """Mask, then sanitize, one dynamic value for a terminal."""
+        return sanitize_terminal_text(self._masker.mask(value if isinstance(value, str) else str(value)))
+
+    def agent_name(self, wire: Mapping[str, Any]) -> str:
+        label = _str(wire.get("label"))
+        agent_type = _str(wire.get("agentType"))
+        name = label or agent_type or "agent"
+        return self.clean(name)
+
+    def _agent(self, wire: Mapping[str, Any], span_id: str) -> AgentRow:
+        row = self.agents.get(span_id)
+        if row is None:
+            row = AgentRow(span_id, _str(wire.get("parentSpanId")), self.agent_name(wire))
+            self.agents[span_id] = row
+        return row
+
+    def apply(self, event: EventLike) -> Mapping[str, Any]:
+        """Fold one event; returns its wire form (callers reuse it)."""
+        wire = wire_of(event)
+        self.events += 1
+        kind = wire.get("type")
+        ts = parse_ts(wire.get("ts"))
+        if ts is not None and (self.last_ts is None or ts > self.last_ts):
+            self.last_ts = ts
+        span = wire.get("spanId")
+        span_id = span if isinstance(span, str) else ""
+        replayed = wire.get("replayed") is True
+        if self.run_id is None and isinstance(wire.get("runId"), str):
+            self.run_id = self.clean(wire["runId"])
+        handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
+        if handler is not None:
+            handler(self, wire, span_id, ts, replayed)
+        return wire
+
+    # -- handlers ------------------------------------------------------------------------------
+
+    def _run_start(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+        self.segments += 1
+        if isinstance(wire.get("workflow"), str):
+            self.workflow = self.clean(wire["workflow"])
+        if self.started_at is None:
+            self.started_at = ts
+        self.status = "running"
+        self.ended_at = None
+
+    def _run_end(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+        status = _str(wire.get("status"))
+        self.status = self.clean(status) if status else "unknown"
+        completion = _str(wire.get("completion"))
+        self.completion = self.clean(completion) if completion else None
+        self.settled = wire.get("settled") is not False
+        reason = _str(wire.get("settledReason"))
+        self.settled_reason = self.clean(reason) if reason else None
+        self.total_usd = _num(wire.get("totalUsd"))
+        self.ended_at = ts
+        # A suspension is a pause: rows still running stay running for the resumed segment.
+        if status != "suspended":
+            for row in self.agents.values():
+                if not row.done:
+                    row.status = "unsettled"
+                    row.ended_at = ts
+
+    def _phase_start(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+        name = _str(wire.get("phase"))
+        self.phases[span_id] = PhaseRow(
+            span_id, self.clean(name) if name is not None else "phase", _str(wire.get("parentSpanId")), ts
+        )
+
+    def _budget(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+        spent = _num(wire.get("spentUsd"))
+        remaining = _num(wire.get("remainingUsd"))
+        if spent is not None:
+            self.spent_usd = spent
+        self.remaining_usd = remaining
+        self.committed_reserve_usd = _num(wire.get("committedReserveUsd"))
+        # Without an explicit ceiling, spent + remaining is the budget the engine enforces.
+        if not self._ceiling_given and spent is not None and remaining is not None:
+            self.ceiling_usd = (
+                spent + remaining if self.ceiling_usd is None else max(self.ceiling_usd, spent + remaining)
+            )
+
+    def _agent_queued(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+        row = self._agent(wire, span_id)
+        if row.started_at is None:
+            row.status = "queued"
+        row.replayed = row.replayed or replayed
+
+    def _agent_start(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+        row = self._agent(wire, span_id)
+        if row.started_at is not None and row.status != "queued":
+            return  # a re-emitted or legacy duplicate opener never restarts the row
+        row.name = self.agent_name(wire)
+        row.status = "running"
+        row.started_at = ts
+        model = _str(wire.get("model"))
+        row.model = self.clean(model) if model else None
+        role = _str(wire.get("role"))
+        row.role = self.clean(role) if role else None
+        row.replayed = replayed
+
+    def _phase_open(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+        row = self._agent(wire, span_id)
+        role = _str(wire.get("role"))
+        invocation = _int(wire.get("invocation"))
+        clean_role = self.clean(role) if role else "phase"
+        row.active_role = clean_role
+        row.retrying = False
+        if invocation is not None:
+            row.open_phases[invocation] = clean_role
+
+    def _phase_close(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+        row = self._agent(wire, span_id)
+        role = _str(wire.get("role"))
+        clean_role = self.clean(role) if role else "phase"
+        invocation = _int(wire.get("invocation"))
+        if invocation is not None:
+            row.open_phases.pop(invocation, None)
+        duration = _num(wire.get("durationMs"))
+        if duration is not None:
+            row.role_seconds[clean_role] = row.role_seconds.get(clean_role, 0.0) + duration / 1000
+        usage = wire.get("usage")
+        if isinstance(usage, Mapping) and not row.done:
+            # Running totals until agent:end brings the authoritative whole.
+            row.input_tokens = (row.input_tokens or 0) + (_int(usage.get("inputTokens")) or 0)
+            row.output_tokens = (row.output_tokens or 0) + (_int(usage.get("outputTokens")) or 0)
+        cost = _num(wire.get("costUsd"))
+        if cost is not None and not row.done:
+            row.cost_usd = (row.cost_usd or 0.0) + cost
+        row.active_role = next(reversed(row.open_phases.values()), None) if row.open_phases else None
+
+    def _agent_end(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+        row = self._agent(wire, span_id)
+        status = _str(wire.get("status"))
+        row.status = self.clean(status) if status else "unknown"
+        row.ended_at = ts
+        if row.started_at is None:
+            row.started_at = ts
+        usage = wire.get("usage")
+        if isinstance(usage, Mapping):
+            row.input_tokens = _int(usage.get("inputTokens"))
+            row.output_tokens = _int(usage.get("outputTokens"))
+        cost = _num(wire.get("costUsd"))
+        if cost is not None:
+            row.cost_usd = cost
+        error = wire.get("error")
+        if isinstance(error, Mapping) and isinstance(error.get("code"), str):
+            row.error_code = self.clean(error["code"])
+        row.active_role = None
+        row.current_tool = None
+        row.open_phases.clear()
+        row.retrying = False
+        self.waiting.pop(span_id, None)
+
+    def _agent_error(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+        row = self._agent(wire, span_id)
+        error = wire.get("error")
+        if isinstance(error, Mapping) and isinstance(error.get("code"), str):
+            row.error_code = self.clean(error["code"])
+        row.retrying = wire.get("willRetry") is True
+
+    def _agent_stream(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+        delta = wire.get("delta")
+        if isinstance(delta, str) and span_id in self.agents:
+            self.agents[span_id].stream_chars += len(delta)
+
+    def _quota(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+        self.quota_denials += 1
+
+    def _tool_start(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+        self.tool_calls += 1
+        name = _str(wire.get("toolName"))
+        if span_id in self.agents:
+            self.agents[span_id].current_tool = self.clean(name) if name else "tool"
+
+    def _tool_end(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+        if wire.get("outcome") in ("error", "denied"):
+            self.tool_failures += 1
+        if span_id in self.agents:
+            self.agents[span_id].current_tool = None
+        self.waiting.pop(span_id, None)
+
+    def _child_start(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+        workflow = _str(wire.get("workflow"))
+        scope = _str(wire.get("scope"))
+        self.children[span_id] = ChildRow(
+            span_id,
+            self.clean(workflow) if workflow else "child",
+            self.clean(scope) if scope else None,
+            _str(wire.get("parentSpanId")),
+            started_at=ts,
+        )
+
+    def _child_end(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+        row = self.children.get(span_id)
+        if row is None:
+            self._child_start(wire, span_id, ts, replayed)
+            row = self.children[span_id]
+        status = _str(wire.get("status"))
+        row.status = self.clean(status) if status else "unknown"
+        row.ended_at = ts
+
+    def _external(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+        key = _str(wire.get("key"))
+        self.waiting[span_id] = "external " + (self.clean(key) if key else "?")
+
+    def _approval(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+        tool = _str(wire.get("toolName"))
+        self.waiting[span_id] = "approval " + (self.clean(tool) if tool else "?")
+
+    def _log(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+        if wire.get("level") in ("warn", "error"):
+            self.warnings += 1
+
+    # -- reading -------------------------------------------------------------------------------
+
+    @property
+    def finished(self) -> bool:
+        return self.status not in ("running", "suspended")
+
+    def wall_seconds(self) -> float | None:
+        """Run start to run end (or to the latest event while running)."""
+        if self.started_at is None:
+            return None
+        end = self.ended_at if self.ended_at is not None else self.last_ts
+        return None if end is None else end - self.started_at
+
+    def agent_seconds(self, row: AgentRow) -> float | None:
+        if row.started_at is None:
+            return None
+        end = row.ended_at if row.ended_at is not None else self.last_ts
+        return None if end is None else end - row.started_at
+
+    def status_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for row in self.agents.values():
+            counts[row.status] = counts.get(row.status, 0) + 1
+        return counts
+
+    def total_tokens(self) -> tuple[int, int]:
+        inp = sum(row.input_tokens or 0 for row in self.agents.values())
+        out = sum(row.output_tokens or 0 for row in self.agents.values())
+        return inp, out
+
+
+_Handler = Any
+_HANDLERS: Final[dict[str, _Handler]] = {
+    "run:start": ProgressState._run_start,
+    "run:end": ProgressState._run_end,
+    "phase:start": ProgressState._phase_start,
+    "budget:update": ProgressState._budget,
+    "agent:queued": ProgressState._agent_queued,
+    "agent:start": ProgressState._agent_start,
+    "agent:phase:start": ProgressState._phase_open,
+    "agent:phase:end": ProgressState._phase_close,
+    "agent:end": ProgressState._agent_end,
+    "agent:error": ProgressState._agent_error,
+    "agent:stream": ProgressState._agent_stream,
+    "quota:denied": ProgressState._quota,
+    "tool:start": ProgressState._tool_start,
+    "tool:end": ProgressState._tool_end,
+    "child:start": ProgressState._child_start,
+    "child:end": ProgressState._child_end,
+    "external:waiting": ProgressState._external,
+    "approval:pending": ProgressState._approval,
+    "log": ProgressState._log,
+}
+
+
+class ProgressLines:
+    """Incremental plain-line printer: :meth:`lines` gives the lines one event adds.
+
+    Budget lines are throttled on the events' own clock (at most one per ``budget_interval_s``
+    of stream time, plus the first), so the output stays deterministic for a given stream.
+    """
+
+    def __init__(
+        self,
+        masker: SecretMasker | None = None,
+        *,
+        budget_interval_s: float = 5.0,
+        state: ProgressState | None = None,
+    ) -> None:
+        self.state = state if state is not None else ProgressState(masker)
+        self._budget_interval = budget_interval_s
+        self._last_budget_ts: float | None = None
+        self._last_budget_spent: float | None = None
+
+    def lines(self, event: EventLike) -> list[str]:
+        st = self.state
+        wire = st.apply(event)
+        kind = wire.get("type")
+        span = wire.get("spanId")
+        span_id = span if isinstance(span, str) else ""
+        tag = " (replayed)" if wire.get("replayed") is True else ""
+        if kind == "run:start":
+            resumed = " (resumed)" if wire.get("resumed") is True else ""
+            return [f"run {st.run_id or '?'} {st.workflow or '?'} started{resumed}"]
+        if kind == "run:end":
+            return [self._run_end_line(wire)]
+        if kind == "phase:start":
+            row = st.phases.get(span_id)
+            return [f"phase {row.name if row else '?'}"]
+        if kind == "agent:start":
+            agent = st.agents.get(span_id)
+            if agent is None:
+                return []
+            model = f" {agent.model}" if agent.model else ""
+            role = f" {agent.role}" if agent.role else ""
+            return [f"agent {agent.name} started{model}{role}{tag}"]
+        if kind == "agent:end":
+            agent = st.agents.get(span_id)
+            if agent is None:
+                return []
+            parts = [f"agent {agent.name} {agent.status}", format_duration(st.agent_seconds(agent))]
+            if agent.input_tokens is not None or agent.output_tokens is not None:
+                parts.append(
+                    f"in {format_tokens(agent.input_tokens)} out {format_tokens(agent.output_tokens)}"
+                )
+            parts.append(format_usd(agent.cost_usd))
+            if agent.error_code:
+                parts.append(f"error {agent.error_code}")
+            return ["  ".join(parts) + tag]
+        if kind == "agent:error":
+            agent = st.agents.get(span_id)
+            name = agent.name if agent else st.agent_name(wire)
+            code = agent.error_code if agent and agent.error_code else "?"
+            retry = "retrying" if wire.get("willRetry") is True else "final"
+            return [f"agent {name} error {code} ({retry})"]
+        if kind == "quota:denied":
+            reason = _str(wire.get("reason"))
+            after = _num(wire.get("retryAfterMs"))
+            extra = f" {st.clean(reason)}" if reason else ""
+            extra += f" retry in {format_duration(after / 1000)}" if after is not None else ""
+            return [f"agent {st.agent_name(wire)} quota wait{extra}"]
+        if kind == "budget:exposure-wait":
+            verb = "waits on in-flight exposure" if wire.get("willWait") is True else "exposure drained"
+            return [f"agent {st.agent_name(wire)} {verb}"]
+        if kind == "tool:end":
+            outcome = _str(wire.get("outcome"))
+            tool = _str(wire.get("toolName"))
+            guard = _str(wire.get("guard"))
+            text = f"tool {st.clean(tool) if tool else '?'} {st.clean(outcome) if outcome else '?'}"
+            duration = _num(wire.get("durationMs"))
+            if duration is not None:
+                text += f" {format_duration(duration / 1000)}"
+            if guard:
+                text += f" guard {st.clean(guard)}"
+            return [text + tag]
+        if kind == "child:start":
+            child = st.children[span_id]
+            return [f"child {child.workflow} started{tag}"]
+        if kind == "child:end":
+            child = st.children[span_id]
+            return [f"child {child.workflow} {child.status}{tag}"]
+        if kind == "external:waiting":
+            return [f"waiting on {st.waiting.get(span_id, 'external')}{tag}"]
+        if kind == "approval:pending":
+            return [f"waiting on {st.waiting.get(span_id, 'approval')}{tag}"]
+        if kind == "log" and wire.get("level") in ("warn", "error"):
+            # The message is content; the level and where it came from are not.
+            return [f"log {wire.get('level')}"]
+        if kind == "budget:update":
+            return self._budget_line(wire)
+        return []
+
+    def _budget_line(self, wire: Mapping[str, Any]) -> list[str]:
+        st = self.state
+        ts = parse_ts(wire.get("ts"))
+        spent = st.spent_usd
+        if spent is None or spent == self._last_budget_spent:
+            return []
+        if (
+            self._last_budget_ts is not None
+            and ts is not None
+            and ts - self._last_budget_ts < self._budget_interval
+        ):
+            return []
+        self._last_budget_ts = ts
+        self._last_budget_spent = spent
+        ceiling = f" / {format_usd(st.ceiling_usd)}" if st.ceiling_usd is not None else ""
+        return [f"budget {format_usd(spent)}{ceiling}"]
+
+    def _run_end_line(self, wire: Mapping[str, Any]) -> str:
+        st = self.state
+        parts = [f"run {st.run_id or '?'} {st.status}"]
+        if st.completion:
+            parts.append(f"completion={st.completion}")
+        parts.append(format_duration(st.wall_seconds()))
+        parts.append(format_usd(st.total_usd))
+        if st.settled is False:
+            parts.append("settled=false (outcome withheld)" if st.settled_reason is None else "superseded")
+        if st.status == "suspended":
+            parts.append("(resume continues the run)")
+        return "  ".join(parts)
+
+
+def render_progress(
+    events: Iterable[EventLike],
+    *,
+    masker: SecretMasker | None = None,
+    budget_interval_s: float = 5.0,
+) -> Iterator[str]:
+    """One plain line per lifecycle fact, masked and terminal-safe, for pipes and logs."""
+    printer = ProgressLines(masker, budget_interval_s=budget_interval_s)
+    for event in events:
+        yield from printer.lines(event)
