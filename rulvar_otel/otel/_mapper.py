@@ -1,0 +1,569 @@
+"""The span state machine: the one place that knows which spans are open.
+
+:class:`SpanMapper` consumes wire-form events one at a time (``feed``) and is finished once with
+the run's outcome (``finish``). It implements ``spec/otel-mapping.md``; the attribute values come
+from the pure generators in ``_attributes``. Nothing a strange event carries may raise out of
+``feed``: a failure on one event is counted and the stream goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Final, Protocol
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, Status, StatusCode, Tracer
+
+from rulvar_otel.core.handle import RunOutcome
+from rulvar_otel.core.masking import SecretMasker
+from rulvar_otel.otel import _attributes as ax
+from rulvar_otel.otel import semconv as sc
+from rulvar_otel.otel.ids import SPAN_IDENTITY
+
+__all__ = ["EventObserver", "SpanMapper"]
+
+_log = logging.getLogger("rulvar_otel")
+
+SETTLEMENT_FAILED_MESSAGE: Final = (
+    "settlement failed: nothing durable records this terminal; resume re-settles"
+)
+SUPERSEDED_MESSAGE: Final = "superseded: a successor owns settlement; this stale terminal is withheld"
+
+_RUN, _PHASE, _AGENT, _INVOCATION, _TOOL, _CHILD = range(6)
+_OK_VALUES: Final = frozenset({"ok", "skipped"})
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class EventObserver(Protocol):
+    """Anything fed the same pass as the spans (the metrics recorder)."""
+
+    def observe(self, event: Mapping[str, Any]) -> None: ...
+
+    def finish(self, outcome: RunOutcome | BaseException | None) -> None: ...
+
+
+class _Rec:
+    """One span of this export. Ended spans keep only what parenting and replay checks need."""
+
+    __slots__ = (
+        "context",
+        "desc_end",
+        "end_ns",
+        "ended",
+        "kind",
+        "parent",
+        "pending_end",
+        "segment",
+        "span",
+        "start_ns",
+    )
+
+    def __init__(self, span: Span, kind: int, start_ns: int, parent: _Rec | None, segment: int) -> None:
+        self.span: Span | None = span
+        self.context = span.get_span_context()
+        self.kind = kind
+        self.start_ns = start_ns
+        self.parent = parent
+        self.segment = segment
+        self.ended = False
+        self.end_ns = 0
+        self.desc_end = 0  # latest end among descendants (phases end there)
+        self.pending_end: int | None = None  # a leftover of an earlier segment, ended at finish
+
+
+class SpanMapper:
+    """Maps one run's events onto OTel spans. Feed events in stream order, then ``finish``."""
+
+    def __init__(
+        self,
+        tracer: Tracer,
+        masker: SecretMasker,
+        *,
+        run_id: str | None = None,
+        observers: Iterable[EventObserver] = (),
+    ) -> None:
+        self._tracer = tracer
+        self._mask: Callable[[str], str] = masker.mask
+        self._run_id = run_id
+        self._observers = tuple(observers)
+        self._by_span_id: dict[str, _Rec] = {}
+        self._invocations: dict[tuple[str, object], _Rec] = {}
+        self._tools_by_id: dict[tuple[str, str], _Rec] = {}
+        self._tool_fifo: dict[tuple[str, str], deque[_Rec]] = {}
+        self._open: list[_Rec] = []  # start order; ended entries are popped lazily from the top
+        self._scopes: list[_Rec] = []  # phase and child spans in start order, lazily popped
+        self._phases: list[_Rec] = []
+        self._leftovers: list[_Rec] = []
+        self._segment_open: dict[int, set[_Rec]] = {}
+        self._first_run: _Rec | None = None
+        self._current_run: _Rec | None = None
+        self._segment = -1
+        self._last_ns: int | None = None
+        self._segment_last_ns = 0
+        self._ts_cache: dict[str, int] = {}
+        self._tool_ordinal = 0
+        self.span_count = 0
+        self.event_count = 0
+        self.failed_events = 0
+        self.finished = False
+        self._handlers: dict[str, Callable[[Mapping[str, Any], int], None]] = {
+            "run:start": self._on_run_start,
+            "run:end": self._on_run_end,
+            "phase:start": self._on_phase_start,
+            "agent:start": self._on_agent_start,
+            "agent:end": self._on_agent_end,
+            "agent:phase:start": self._on_invocation_start,
+            "agent:phase:end": self._on_invocation_end,
+            "tool:start": self._on_tool_start,
+            "tool:end": self._on_tool_end,
+            "child:start": self._on_child_start,
+            "child:end": self._on_child_end,
+            "agent:stream": _ignore,
+        }
+
+    # --- time -----------------------------------------------------------------------------------
+
+    def _time(self, event: Mapping[str, Any]) -> int:
+        ts = event.get("ts")
+        if isinstance(ts, str):
+            ns = self._ts_cache.get(ts)
+            if ns is None:
+                ns = _parse_ts(ts)
+                if ns is not None:
+                    if len(self._ts_cache) > 65536:
+                        self._ts_cache.clear()
+                    self._ts_cache[ts] = ns
+            if ns is not None:
+                self._last_ns = ns
+                return ns
+        # A missing or bad ts takes the previous event's time: never the export time.
+        return self._last_ns if self._last_ns is not None else 0
+
+    # --- the public surface ---------------------------------------------------------------------
+
+    def feed(self, event: Mapping[str, Any]) -> None:
+        """Map one wire-form event. Never raises for any event shape."""
+        if self.finished:
+            return
+        self.event_count += 1
+        try:
+            if self._run_id is None and isinstance(rid := event.get("runId"), str):
+                self._run_id = rid
+            ns = self._time(event)
+            kind = event.get("type")
+            handler = self._handlers.get(kind) if isinstance(kind, str) else None
+            if handler is None:
+                self._attach_event(event, ns, kind if isinstance(kind, str) else "(unknown)")
+            else:
+                handler(event, ns)
+            self._segment_last_ns = ns
+        except Exception:  # noqa: BLE001 - a strange event never breaks the host or the export
+            self.failed_events += 1
+            _log.debug("rulvar_otel: event %s could not be mapped", self.event_count, exc_info=True)
+        for observer in self._observers:
+            try:
+                observer.observe(event)
+            except Exception:  # noqa: BLE001
+                _log.debug("rulvar_otel: observer failed on event %s", self.event_count, exc_info=True)
+
+    def finish(self, outcome: RunOutcome | BaseException | None) -> int:
+        """End every span still open; returns the number of spans created."""
+        if self.finished:
+            return self.span_count
+        self.finished = True
+        ok = isinstance(outcome, RunOutcome) and outcome.status == "ok"
+        last = self._last_ns if self._last_ns is not None else 0
+        try:
+            # Leftovers of earlier segments end where their segment ended.
+            for rec in self._leftovers:
+                if not rec.ended:
+                    self._end_inferred(rec, rec.pending_end if rec.pending_end is not None else last, ok)
+            # Everything else still open ends at the stream's last event, innermost first.
+            for rec in reversed(self._open):
+                if not rec.ended and rec.kind != _PHASE:
+                    self._end_inferred(rec, last, ok)
+            # Phases last, deepest first: each ends at its latest descendant (or its own start).
+            for rec in reversed(self._phases):
+                if not rec.ended:
+                    end = rec.desc_end if rec.desc_end > rec.start_ns else rec.start_ns
+                    self._end_inferred(rec, end, ok)
+        except Exception:  # noqa: BLE001
+            _log.debug("rulvar_otel: finishing spans failed", exc_info=True)
+        for observer in self._observers:
+            try:
+                observer.finish(outcome)
+            except Exception:  # noqa: BLE001
+                _log.debug("rulvar_otel: observer finish failed", exc_info=True)
+        return self.span_count
+
+    # --- span lifecycle -------------------------------------------------------------------------
+
+    def _start(
+        self,
+        kind: int,
+        name: str,
+        event: Mapping[str, Any],
+        ns: int,
+        parent: _Rec | None,
+        identity: str,
+        attributes: dict[str, ax.AttrValue],
+    ) -> _Rec:
+        attrs: dict[str, ax.AttrValue] = {}
+        if self._run_id is not None:
+            attrs[sc.RUN_ID] = self._mask(self._run_id)
+        seq = event.get("seq")
+        if type(seq) is int or type(seq) is float:
+            attrs[sc.ENTRY_SEQ] = seq
+        scope = event.get("scope")
+        if isinstance(scope, str):
+            attrs[sc.SCOPE] = self._mask(scope)
+        if event.get("replayed") is True:
+            attrs[sc.REPLAYED] = True
+        attrs.update(attributes)
+        context = (
+            trace.set_span_in_context(parent.span or NonRecordingSpan(parent.context))
+            if parent is not None
+            else Context()
+        )
+        token = SPAN_IDENTITY.set((self._run_id or "", identity))
+        try:
+            span = self._tracer.start_span(name, context=context, attributes=attrs, start_time=ns)
+        finally:
+            SPAN_IDENTITY.reset(token)
+        rec = _Rec(span, kind, ns, parent, self._segment)
+        self.span_count += 1
+        self._open.append(rec)
+        if kind != _PHASE and kind != _RUN:
+            self._segment_open.setdefault(self._segment, set()).add(rec)
+        return rec
+
+    def _close(self, rec: _Rec, ns: int, attributes: Iterable[tuple[str, ax.AttrValue]], status: object,
+               *, message: str | None = None, force_error: bool = False,
+               error_type: str | None = None) -> None:
+        span = rec.span
+        if span is None:
+            return
+        for key, value in attributes:
+            span.set_attribute(key, value)
+        if isinstance(status, str):
+            span.set_attribute(sc.STATUS, self._mask(status))
+        ok = isinstance(status, str) and status in _OK_VALUES and not force_error
+        if not ok and error_type is not None:
+            span.set_attribute(sc.ERROR_TYPE, error_type)
+        span.set_status(Status(StatusCode.OK) if ok else Status(StatusCode.ERROR, message))
+        self._end(rec, ns)
+
+    def _end(self, rec: _Rec, ns: int) -> None:
+        span = rec.span
+        if span is None:
+            return
+        if ns < rec.start_ns:
+            ns = rec.start_ns  # a clock step backwards must not make a negative duration
+        span.end(end_time=ns)
+        rec.ended = True
+        rec.end_ns = ns
+        rec.span = None  # release the SDK span; the context is all a late child needs
+        opened = self._segment_open.get(rec.segment)
+        if opened is not None:
+            opened.discard(rec)
+        parent = rec.parent
+        while parent is not None:
+            if parent.desc_end < ns:
+                parent.desc_end = ns
+            parent = parent.parent
+
+    def _end_inferred(self, rec: _Rec, ns: int, ok: bool) -> None:
+        span = rec.span
+        if span is None:
+            return
+        span.set_attribute(sc.END_INFERRED, True)
+        span.set_status(Status(StatusCode.OK) if ok else Status(StatusCode.ERROR))
+        self._end(rec, ns)
+
+    # --- lookups --------------------------------------------------------------------------------
+
+    def _innermost_open(self) -> _Rec | None:
+        stack = self._open
+        while stack and (stack[-1].ended or stack[-1].pending_end is not None):
+            stack.pop()
+        return stack[-1] if stack else None
+
+    def _innermost_scope(self) -> _Rec | None:
+        stack = self._scopes
+        while stack and _scope_closed(stack[-1]):
+            stack.pop()
+        if stack:
+            return stack[-1]
+        run = self._current_run
+        return run if run is not None and not run.ended else None
+
+    def _is_open(self, rec: _Rec | None) -> bool:
+        return rec is not None and not rec.ended and rec.pending_end is None
+
+    def _parent_for(self, event: Mapping[str, Any], attributes: dict[str, ax.AttrValue]) -> _Rec | None:
+        """Parent of a phase, agent or child span (and of orphaned invocation and tool spans)."""
+        parent_id = event.get("parentSpanId")
+        if isinstance(parent_id, str):
+            found = self._by_span_id.get(parent_id)
+            if found is not None:
+                return found
+            attributes[sc.PARENT_SPAN_ID] = self._mask(parent_id)
+        # Never-opened or absent parent: group under the innermost open scope, in this trace.
+        attributes[sc.PARENT_INFERRED] = True
+        scope = self._innermost_scope()
+        if scope is not None:
+            return scope
+        return self._current_run if self._current_run is not None else self._first_run
+
+    def _host_for(self, event: Mapping[str, Any]) -> _Rec | None:
+        span_id = event.get("spanId")
+        if isinstance(span_id, str):
+            rec = self._by_span_id.get(span_id)
+            if rec is not None and self._is_open(rec):
+                return rec
+        return self._innermost_open()
+
+    def _attach_event(
+        self, event: Mapping[str, Any], ns: int, name: str, host: _Rec | None = None, *, replayed: bool = False
+    ) -> None:
+        if host is None or not self._is_open(host):
+            host = self._host_for(event)
+        if host is None or host.span is None:
+            return  # nothing open: there is nowhere to put it
+        attrs: dict[str, ax.AttrValue] = dict(ax.event_attributes(event, self._mask))
+        if replayed:
+            attrs[sc.REPLAYED] = True
+        host.span.add_event(self._mask(name), attributes=attrs, timestamp=ns)
+
+    def _duplicate_opener(self, existing: _Rec, event: Mapping[str, Any], ns: int) -> None:
+        """An opener whose span already exists never opens a second one."""
+        replayed = event.get("replayed") is True
+        if self._is_open(existing):
+            if replayed and existing.span is not None:
+                existing.span.set_attribute(sc.REPLAYED, True)
+            return
+        name = event.get("type")
+        self._attach_event(event, ns, name if isinstance(name, str) else "(unknown)", replayed=replayed)
+
+    # --- handlers -------------------------------------------------------------------------------
+
+    def _end_segment(self) -> None:
+        """A new run:start begins a segment: the previous one's leftovers end at its last event."""
+        leftovers = self._segment_open.pop(self._segment, None)
+        if not leftovers:
+            return
+        for rec in leftovers:
+            rec.pending_end = self._segment_last_ns
+            self._leftovers.append(rec)
+
+    def _on_run_start(self, event: Mapping[str, Any], ns: int) -> None:
+        span_id = event.get("spanId")
+        key = span_id if isinstance(span_id, str) else None
+        if key is not None and (existing := self._by_span_id.get(key)) is not None:
+            self._duplicate_opener(existing, event, ns)
+            return
+        if self._first_run is not None:
+            self._end_segment()
+        self._segment += 1
+        name = "run " + ax.text(event.get("workflow"), self._mask)
+        rec = self._start(_RUN, self._mask(name), event, ns, self._first_run, "run:" + (key or ""), {})
+        if key is not None:
+            self._by_span_id[key] = rec
+        if self._first_run is None:
+            self._first_run = rec
+        self._current_run = rec
+
+    def _on_run_end(self, event: Mapping[str, Any], ns: int) -> None:
+        span_id = event.get("spanId")
+        rec = self._by_span_id.get(span_id) if isinstance(span_id, str) else None
+        if rec is None or rec.kind != _RUN or not self._is_open(rec):
+            self._attach_event(event, ns, "run:end")
+            return
+        unsettled = event.get("settled") is False
+        message = None
+        if unsettled:
+            message = SUPERSEDED_MESSAGE if event.get("settledReason") == "superseded" else SETTLEMENT_FAILED_MESSAGE
+        self._close(
+            rec,
+            ns,
+            ax.run_close_attributes(event, self._mask),
+            event.get("status"),
+            message=message,
+            force_error=unsettled,
+            error_type=ax.error_type(event, self._mask),
+        )
+
+    def _on_phase_start(self, event: Mapping[str, Any], ns: int) -> None:
+        span_id = event.get("spanId")
+        key = span_id if isinstance(span_id, str) else None
+        if key is not None and (existing := self._by_span_id.get(key)) is not None:
+            self._duplicate_opener(existing, event, ns)
+            return
+        attrs: dict[str, ax.AttrValue] = {}
+        parent = self._parent_for(event, attrs)
+        name = "phase " + ax.text(event.get("phase"), self._mask)
+        rec = self._start(_PHASE, name, event, ns, parent, "phase:" + (key or ""), attrs)
+        if key is not None:
+            self._by_span_id[key] = rec
+        self._scopes.append(rec)
+        self._phases.append(rec)
+
+    def _on_child_start(self, event: Mapping[str, Any], ns: int) -> None:
+        span_id = event.get("spanId")
+        key = span_id if isinstance(span_id, str) else None
+        if key is not None and (existing := self._by_span_id.get(key)) is not None:
+            self._duplicate_opener(existing, event, ns)
+            return
+        attrs: dict[str, ax.AttrValue] = {}
+        parent = self._parent_for(event, attrs)
+        name = "workflow " + ax.text(event.get("workflow"), self._mask)
+        rec = self._start(_CHILD, name, event, ns, parent, "child:" + (key or ""), attrs)
+        if key is not None:
+            self._by_span_id[key] = rec
+        self._scopes.append(rec)
+
+    def _on_child_end(self, event: Mapping[str, Any], ns: int) -> None:
+        span_id = event.get("spanId")
+        rec = self._by_span_id.get(span_id) if isinstance(span_id, str) else None
+        if rec is None or rec.kind != _CHILD or not self._is_open(rec):
+            self._attach_event(event, ns, "child:end")
+            return
+        self._close(rec, ns, (), event.get("status"))
+
+    def _on_agent_start(self, event: Mapping[str, Any], ns: int) -> None:
+        span_id = event.get("spanId")
+        key = span_id if isinstance(span_id, str) else None
+        if key is not None and (existing := self._by_span_id.get(key)) is not None:
+            self._duplicate_opener(existing, event, ns)
+            return
+        attrs: dict[str, ax.AttrValue] = dict(ax.agent_open_attributes(event, self._mask))
+        parent = self._parent_for(event, attrs)
+        agent_type = event.get("agentType")
+        label = (self._mask(agent_type) if agent_type else "(anon)") if isinstance(agent_type, str) else ax.UNKNOWN
+        name = f"agent {label} {ax.text(event.get('role'), self._mask)}"
+        rec = self._start(_AGENT, name, event, ns, parent, "agent:" + (key or ""), attrs)
+        if key is not None:
+            self._by_span_id[key] = rec
+
+    def _on_agent_end(self, event: Mapping[str, Any], ns: int) -> None:
+        span_id = event.get("spanId")
+        rec = self._by_span_id.get(span_id) if isinstance(span_id, str) else None
+        if rec is None or rec.kind != _AGENT or not self._is_open(rec):
+            self._attach_event(event, ns, "agent:end")
+            return
+        self._close(
+            rec, ns, ax.agent_close_attributes(event), event.get("status"),
+            error_type=ax.error_type(event, self._mask),
+        )
+
+    def _owner(self, event: Mapping[str, Any], attrs: dict[str, ax.AttrValue]) -> _Rec | None:
+        """Invocation and tool spans hang off the span keyed by their spanId (the agent)."""
+        span_id = event.get("spanId")
+        if isinstance(span_id, str) and (rec := self._by_span_id.get(span_id)) is not None:
+            return rec
+        return self._parent_for(event, attrs)
+
+    def _on_invocation_start(self, event: Mapping[str, Any], ns: int) -> None:
+        span_id = event.get("spanId")
+        key = (span_id if isinstance(span_id, str) else "", _hashable(event.get("invocation")))
+        if (existing := self._invocations.get(key)) is not None:
+            self._duplicate_opener(existing, event, ns)
+            return
+        attrs: dict[str, ax.AttrValue] = dict(ax.invocation_open_attributes(event, self._mask))
+        parent = self._owner(event, attrs)
+        name = "invocation " + ax.text(event.get("role"), self._mask)
+        rec = self._start(_INVOCATION, name, event, ns, parent, f"inv:{key[0]}:{key[1]}", attrs)
+        self._invocations[key] = rec
+
+    def _on_invocation_end(self, event: Mapping[str, Any], ns: int) -> None:
+        span_id = event.get("spanId")
+        key = (span_id if isinstance(span_id, str) else "", _hashable(event.get("invocation")))
+        rec = self._invocations.get(key)
+        if rec is None or not self._is_open(rec):
+            self._attach_event(event, ns, "agent:phase:end")
+            return
+        self._close(rec, ns, ax.invocation_close_attributes(event), event.get("outcome"))
+
+    def _on_tool_start(self, event: Mapping[str, Any], ns: int) -> None:
+        span_id = event.get("spanId")
+        owner_key = span_id if isinstance(span_id, str) else ""
+        call_id = event.get("toolCallId")
+        if isinstance(call_id, str):
+            existing = self._tools_by_id.get((owner_key, call_id))
+            if existing is not None and self._is_open(existing) and event.get("replayed") is True:
+                if existing.span is not None:
+                    existing.span.set_attribute(sc.REPLAYED, True)
+                return
+        attrs: dict[str, ax.AttrValue] = dict(ax.tool_open_attributes(event, self._mask))
+        parent = self._owner(event, attrs)
+        tool_name = ax.text(event.get("toolName"), self._mask)
+        if isinstance(call_id, str):
+            identity = f"tool:{owner_key}:{call_id}"
+        else:
+            self._tool_ordinal += 1
+            identity = f"tool:{owner_key}:#{self._tool_ordinal}"
+        rec = self._start(_TOOL, "tool " + tool_name, event, ns, parent, identity, attrs)
+        if isinstance(call_id, str):
+            self._tools_by_id[(owner_key, call_id)] = rec
+        else:
+            raw_name = event.get("toolName")
+            fifo_key = (owner_key, raw_name if isinstance(raw_name, str) else "")
+            self._tool_fifo.setdefault(fifo_key, deque()).append(rec)
+
+    def _on_tool_end(self, event: Mapping[str, Any], ns: int) -> None:
+        span_id = event.get("spanId")
+        owner_key = span_id if isinstance(span_id, str) else ""
+        call_id = event.get("toolCallId")
+        rec: _Rec | None = None
+        if isinstance(call_id, str):
+            rec = self._tools_by_id.pop((owner_key, call_id), None)
+            if rec is not None and not self._is_open(rec):
+                rec = None
+        if rec is None:
+            raw_name = event.get("toolName")
+            queue = self._tool_fifo.get((owner_key, raw_name if isinstance(raw_name, str) else ""))
+            while queue:
+                candidate = queue.popleft()
+                if self._is_open(candidate):
+                    rec = candidate
+                    break
+        if rec is None:
+            self._attach_event(event, ns, "tool:end")
+            return
+        self._close(
+            rec, ns, ax.tool_close_attributes(event, self._mask), event.get("outcome"),
+            error_type=ax.error_type(event, self._mask),
+        )
+
+
+def _scope_closed(rec: _Rec) -> bool:
+    node: _Rec | None = rec
+    while node is not None:
+        if (node.kind == _CHILD or node.kind == _RUN) and (node.ended or node.pending_end is not None):
+            return True
+        node = node.parent
+    return False
+
+
+def _hashable(value: object) -> object:
+    return value if isinstance(value, str | int | float | bool) or value is None else repr(value)
+
+
+def _ignore(event: Mapping[str, Any], ns: int) -> None:
+    """Stream deltas are content: they never become span events."""
+
+
+def _parse_ts(ts: str) -> int | None:
+    try:
+        parsed = datetime.fromisoformat(ts)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    delta = parsed - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
+

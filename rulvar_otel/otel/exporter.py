@@ -1,0 +1,119 @@
+"""``to_otel`` and ``export_events``: a run's event stream in, OTel spans (and metrics) out."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from opentelemetry.metrics import Meter
+from opentelemetry.trace import Tracer
+
+from rulvar_otel.core.events import EventModel, event_to_wire
+from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome
+from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
+from rulvar_otel.otel._mapper import EventObserver, SpanMapper
+
+__all__ = ["create_mapper", "export_events", "to_otel"]
+
+_log = logging.getLogger("rulvar_otel")
+
+
+def _wire(event: EventLike) -> Mapping[str, Any]:
+    if isinstance(event, Mapping):
+        return event
+    if isinstance(event, EventModel):
+        return event_to_wire(event)
+    return {}
+
+
+def create_mapper(
+    tracer: Tracer,
+    *,
+    patterns: Sequence[str] | None = None,
+    meter: Meter | None = None,
+    run_id: str | None = None,
+    masker: SecretMasker | None = None,
+) -> SpanMapper:
+    """A :class:`SpanMapper` (plus a metrics recorder on ``meter``) for incremental feeding.
+
+    Raises :class:`~rulvar_otel.errors.ConfigError` for a bad pattern before any span exists.
+    """
+    masker = masker if masker is not None else compile_secret_masker(patterns)
+    observers: list[EventObserver] = []
+    if meter is not None:
+        from rulvar_otel.otel.metrics import MetricsRecorder
+
+        observers.append(MetricsRecorder(meter, masker))
+    return SpanMapper(tracer, masker, run_id=run_id, observers=observers)
+
+
+def export_events(
+    events: Iterable[EventLike],
+    tracer: Tracer,
+    *,
+    outcome: RunOutcome | BaseException | None = None,
+    patterns: Sequence[str] | None = None,
+    meter: Meter | None = None,
+    run_id: str | None = None,
+) -> int:
+    """Map a recorded stream onto spans (and metrics when ``meter`` is given) in one pass.
+
+    ``outcome`` is how the run settled (an exception for a rejected result); without one, the
+    run counts as ok exactly when its ``run:end`` says ``ok`` and is settled. Returns the number
+    of spans created. Never raises for a strange event; a bad ``patterns`` raises ``ConfigError``
+    before any span exists.
+    """
+    mapper = create_mapper(tracer, patterns=patterns, meter=meter, run_id=run_id)
+    feed = mapper.feed
+    last_run_end: Mapping[str, Any] | None = None
+    for event in events:
+        wire = _wire(event)
+        feed(wire)
+        if outcome is None and wire.get("type") == "run:end":
+            last_run_end = wire
+    if outcome is None:
+        outcome = _derived_outcome(last_run_end)
+    return mapper.finish(outcome)
+
+
+async def to_otel(
+    run: RunHandle,
+    tracer: Tracer,
+    *,
+    patterns: Sequence[str] | None = None,
+    meter: Meter | None = None,
+) -> int:
+    """Drain ``run.events`` into spans (and metrics on ``meter``), then settle on ``run.result``.
+
+    Works live (spans start and end as events arrive) and for recorded runs. A rejecting result
+    never fails the export: it only refuses green to spans that had to be ended without a closer.
+    Returns the number of spans created.
+    """
+    run_id: str | None
+    try:
+        run_id = run.run_id or None
+    except Exception:  # noqa: BLE001 - a handle that cannot name its run still exports
+        run_id = None
+    mapper = create_mapper(tracer, patterns=patterns, meter=meter, run_id=run_id)
+    try:
+        async for event in run.events:
+            mapper.feed(_wire(event))
+    except Exception as exc:  # noqa: BLE001 - a broken source ends the stream, not the host
+        _log.warning("rulvar_otel: the event stream failed: %s", type(exc).__name__)
+    outcome: RunOutcome | BaseException
+    try:
+        outcome = await run.result
+    except BaseException as exc:  # noqa: BLE001 - a rejected result is a fact, not a failure
+        if not isinstance(exc, Exception):
+            raise
+        outcome = exc
+    return mapper.finish(outcome)
+
+
+def _derived_outcome(last_run_end: Mapping[str, Any] | None) -> RunOutcome | None:
+    """Without a result: resolved ok exactly when the run:end says ok and is settled."""
+    if last_run_end is None or last_run_end.get("settled") is False:
+        return None
+    status = last_run_end.get("status")
+    return RunOutcome(status=status) if isinstance(status, str) else None
