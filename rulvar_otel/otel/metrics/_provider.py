@@ -1,0 +1,158 @@
+"""A MeterProvider built from options: OTLP push (gRPC or HTTP) and/or a Prometheus pull endpoint.
+
+Everything that talks to the network is bounded: the OTLP exporters get a timeout, periodic
+export has an export timeout, and shutdown flushes within a bounded time.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+from urllib.parse import urlparse
+from wsgiref.simple_server import WSGIServer
+
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.metrics import Meter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from prometheus_client import CollectorRegistry, start_http_server
+
+from rulvar_otel.errors import ConfigError, ExportError
+from rulvar_otel.otel.semconv import DEFAULT_SERVICE_NAME, INSTRUMENTATION_SCOPE
+
+__all__ = ["MetricsPipeline", "MetricsSetup", "build_meter_provider"]
+
+Protocol = Literal["grpc", "http/protobuf"]
+
+MAX_TIMEOUT_S: Final = 60.0
+_DEFAULT_HTTP_PATH: Final = "/v1/metrics"
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSetup:
+    """Where metrics go. At least one of ``otlp_endpoint`` and ``prometheus_port`` is needed.
+
+    ``otlp_endpoint``: an ``http(s)://host:port`` URL of an OTLP receiver (gRPC by default; for
+    ``http/protobuf`` a URL without a path gets ``/v1/metrics``). ``headers`` ride every export
+    (an auth token, say). ``timeout_s`` bounds each export (at most 60 s). ``export_interval_s``
+    is the push period. ``prometheus_port`` serves ``/metrics`` on ``prometheus_host`` (0 picks a
+    free port; the chosen one is :attr:`MetricsPipeline.prometheus_port`).
+    """
+
+    otlp_endpoint: str | None = None
+    otlp_protocol: Protocol = "grpc"
+    headers: Mapping[str, str] = field(default_factory=dict)
+    timeout_s: float = 10.0
+    export_interval_s: float = 15.0
+    prometheus_port: int | None = None
+    prometheus_host: str = "127.0.0.1"
+    service_name: str = DEFAULT_SERVICE_NAME
+
+
+@dataclass(slots=True)
+class MetricsPipeline:
+    """A built provider and what it started; ``shutdown()`` flushes and stops it (bounded)."""
+
+    provider: MeterProvider
+    timeout_s: float
+    prometheus_port: int | None = None
+    _server: WSGIServer | None = None
+    _thread: threading.Thread | None = None
+
+    @property
+    def meter(self) -> Meter:
+        return self.provider.get_meter(INSTRUMENTATION_SCOPE)
+
+    def shutdown(self) -> None:
+        try:
+            self.provider.shutdown(timeout_millis=self.timeout_s * 1000)
+        finally:
+            if self._server is not None:
+                self._server.shutdown()
+                self._server.server_close()
+            if self._thread is not None:
+                self._thread.join(timeout=self.timeout_s)
+
+
+def _validate(setup: MetricsSetup) -> None:
+    if setup.otlp_endpoint is None and setup.prometheus_port is None:
+        raise ConfigError("metrics need a destination: an OTLP metrics endpoint or a Prometheus port")
+    if setup.otlp_endpoint is not None:
+        parsed = urlparse(setup.otlp_endpoint)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ConfigError(f"metrics endpoint {setup.otlp_endpoint!r} is not an http(s)://host:port URL")
+    if setup.otlp_protocol not in ("grpc", "http/protobuf"):
+        raise ConfigError(f"metrics protocol {setup.otlp_protocol!r} is not 'grpc' or 'http/protobuf'")
+    if not 0 < setup.timeout_s <= MAX_TIMEOUT_S:
+        raise ConfigError(f"metrics timeout {setup.timeout_s!r} s is not in (0, {MAX_TIMEOUT_S:g}]")
+    if not setup.export_interval_s > 0:
+        raise ConfigError(f"metrics export interval {setup.export_interval_s!r} s must be positive")
+    if setup.prometheus_port is not None and not 0 <= setup.prometheus_port <= 65535:
+        raise ConfigError(f"Prometheus port {setup.prometheus_port!r} is not in 0..65535")
+    for key, value in setup.headers.items():
+        if not isinstance(key, str) or not isinstance(value, str) or not key:
+            raise ConfigError("metrics headers must map non-empty names to string values")
+
+
+def _otlp_exporter(setup: MetricsSetup) -> MetricExporter:
+    assert setup.otlp_endpoint is not None
+    headers = dict(setup.headers)
+    if setup.otlp_protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+            OTLPMetricExporter as GrpcExporter,
+        )
+
+        parsed = urlparse(setup.otlp_endpoint)
+        return GrpcExporter(
+            endpoint=setup.otlp_endpoint,
+            insecure=parsed.scheme == "http",
+            headers=headers,
+            timeout=setup.timeout_s,
+        )
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpExporter
+
+    endpoint = setup.otlp_endpoint
+    if urlparse(endpoint).path in ("", "/"):
+        endpoint = endpoint.rstrip("/") + _DEFAULT_HTTP_PATH
+    return HttpExporter(endpoint=endpoint, headers=headers, timeout=setup.timeout_s)
+
+
+def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = None) -> MetricsPipeline:
+    """Build a MeterProvider for ``setup`` (raises :class:`ConfigError` on a bad option).
+
+    The Prometheus endpoint uses its own registry, so several pipelines (or a host's own
+    ``prometheus_client`` metrics) never collide; :class:`ExportError` when the port is taken.
+    """
+    _validate(setup)
+    readers: list[MetricReader] = []
+    if setup.otlp_endpoint is not None:
+        readers.append(
+            PeriodicExportingMetricReader(
+                _otlp_exporter(setup),
+                export_interval_millis=setup.export_interval_s * 1000,
+                export_timeout_millis=setup.timeout_s * 1000,
+            )
+        )
+    server: Any = None
+    thread: Any = None
+    port: int | None = None
+    if setup.prometheus_port is not None:
+        registry = CollectorRegistry(auto_describe=True)
+        readers.append(PrometheusMetricReader(registry=registry))
+        try:
+            server, thread = start_http_server(
+                setup.prometheus_port, addr=setup.prometheus_host, registry=registry
+            )
+        except OSError as exc:
+            raise ExportError(
+                f"cannot serve Prometheus metrics on {setup.prometheus_host}:{setup.prometheus_port}: {exc}"
+            ) from exc
+        port = int(server.server_port)
+    provider = MeterProvider(
+        metric_readers=readers,
+        resource=resource if resource is not None else Resource.create({SERVICE_NAME: setup.service_name}),
+    )
+    return MetricsPipeline(provider, setup.timeout_s, port, server, thread)
