@@ -1,0 +1,489 @@
+"""What every exporting command shares: the export options and one end-to-end export of a RunHandle.
+
+Commands declare their options with the ``*Option`` aliases below, turn them into an
+:class:`ExportOptions` with :meth:`ExportOptions.from_cli`, build a :class:`RunHandle` their own
+way (a JSONL file, a server, the bundled engine), and call :func:`export_run` (or
+:func:`export_run_async` from async code). Exit codes: :data:`EXIT_OK` (every span delivered),
+:data:`EXIT_EXPORT_FAILED` (a destination refused or was unreachable), :data:`EXIT_USAGE`
+(bad options or bad input).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Final, Protocol, TextIO
+
+import typer
+from opentelemetry.metrics import Meter
+
+from rulvar_otel.core.events import EventModel, event_to_wire
+from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome
+from rulvar_otel.core.masking import SecretMasker, compile_secret_masker, sanitize_terminal_text
+from rulvar_otel.errors import ConfigError, EventError, RulvarOtelError, SourceError
+from rulvar_otel.otel._provider import (
+    DeliveryReport,
+    TraceDelivery,
+    TraceOptions,
+    build_trace_delivery,
+    parse_header,
+    resolve_otlp_target,
+)
+
+__all__ = [
+    "EXIT_EXPORT_FAILED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "EndpointOption",
+    "ExportOptions",
+    "ExportResult",
+    "ExportTimeoutOption",
+    "HeaderOption",
+    "MetricsEndpointOption",
+    "OutOption",
+    "PatternOption",
+    "ProgressOption",
+    "PrometheusPortOption",
+    "ProtocolOption",
+    "ServiceNameOption",
+    "TreeOption",
+    "export_run",
+    "export_run_async",
+    "terminal_safe",
+]
+
+EXIT_OK: Final = 0
+EXIT_EXPORT_FAILED: Final = 1
+EXIT_USAGE: Final = 2
+
+PROGRESS_MODES: Final = ("auto", "tty", "lines", "off")
+
+# --- reusable Typer options ---------------------------------------------------------------------
+# A command imports the aliases it needs and declares e.g. ``endpoint: EndpointOption = None``.
+
+EndpointOption = Annotated[
+    str | None,
+    typer.Option(
+        "--endpoint",
+        metavar="URL",
+        help="OTLP endpoint (http://host:4317 for gRPC, http://host:4318 for HTTP). "
+        "Default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT, "
+        "else write OTLP/JSON lines to a file.",
+    ),
+]
+ProtocolOption = Annotated[
+    str | None,
+    typer.Option(
+        "--protocol",
+        metavar="grpc|http/protobuf",
+        help="OTLP transport. Default: OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL, else grpc on port 4317 "
+        "and http/protobuf otherwise.",
+    ),
+]
+HeaderOption = Annotated[
+    list[str] | None,
+    typer.Option("--header", metavar="KEY=VALUE", help="Header sent with every OTLP request (repeatable)."),
+]
+OutOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        metavar="FILE",
+        help="Write OTLP/JSON lines (one ExportTraceServiceRequest per line) to FILE; "
+        "without an endpoint the default is ./rulvar-traces.otlp.jsonl.",
+    ),
+]
+ServiceNameOption = Annotated[
+    str | None,
+    typer.Option(
+        "--service-name",
+        metavar="NAME",
+        help="service.name resource attribute (default: OTEL_SERVICE_NAME, else 'rulvar').",
+    ),
+]
+PatternOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--pattern",
+        metavar="REGEX",
+        help="Extra secret pattern (Python re syntax) masked in every exported string (repeatable).",
+    ),
+]
+ProgressOption = Annotated[
+    str,
+    typer.Option(
+        "--progress",
+        metavar="auto|tty|lines|off",
+        help="Progress on stderr: a live tree on a terminal, plain lines in pipes (auto), or off.",
+    ),
+]
+TreeOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--tree/--no-tree",
+        help="Print the finished span tree (default: only when no endpoint is configured).",
+        show_default=False,
+    ),
+]
+ExportTimeoutOption = Annotated[
+    float | None,
+    typer.Option(
+        "--export-timeout",
+        metavar="SECONDS",
+        help="Give up on an OTLP batch after this long (default: OTEL_EXPORTER_OTLP_(TRACES_)TIMEOUT "
+        "in milliseconds, else 10 s).",
+    ),
+]
+MetricsEndpointOption = Annotated[
+    str | None,
+    typer.Option("--metrics-endpoint", metavar="URL", help="Also export run metrics over OTLP to URL."),
+]
+PrometheusPortOption = Annotated[
+    int | None,
+    typer.Option(
+        "--prometheus-port",
+        metavar="N",
+        help="Also serve run metrics for Prometheus on 127.0.0.1:N while the export runs.",
+    ),
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ExportOptions:
+    """Everything an export needs besides the run itself; ``None`` means "from the environment"."""
+
+    endpoint: str | None = None
+    protocol: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    out: Path | None = None
+    service_name: str | None = None
+    patterns: tuple[str, ...] = ()
+    progress: str = "auto"
+    tree: bool | None = None
+    export_timeout_s: float | None = None
+    metrics_endpoint: str | None = None
+    prometheus_port: int | None = None
+    ceiling_usd: float | None = None
+
+    @classmethod
+    def from_cli(
+        cls,
+        *,
+        endpoint: str | None = None,
+        protocol: str | None = None,
+        header: Sequence[str] | None = None,
+        out: Path | None = None,
+        service_name: str | None = None,
+        pattern: Sequence[str] | None = None,
+        progress: str = "auto",
+        tree: bool | None = None,
+        export_timeout: float | None = None,
+        metrics_endpoint: str | None = None,
+        prometheus_port: int | None = None,
+        ceiling_usd: float | None = None,
+    ) -> ExportOptions:
+        """Build from raw option values; raises :class:`ConfigError` naming a bad one."""
+        headers: dict[str, str] = {}
+        for raw in header or ():
+            key, value = parse_header(raw)
+            headers[key] = value
+        if progress not in PROGRESS_MODES:
+            raise ConfigError(f"--progress must be one of {', '.join(PROGRESS_MODES)} (got {progress!r})")
+        if protocol is not None and protocol not in ("grpc", "http/protobuf"):
+            raise ConfigError(f"--protocol must be grpc or http/protobuf (got {protocol!r})")
+        if export_timeout is not None and not (0 < export_timeout < float("inf")):
+            raise ConfigError(f"--export-timeout must be a positive number of seconds (got {export_timeout})")
+        if prometheus_port is not None and not (0 <= prometheus_port <= 65535):
+            raise ConfigError(f"--prometheus-port must be a TCP port, 0-65535 (got {prometheus_port})")
+        if pattern:
+            compile_secret_masker(pattern)
+        return cls(
+            endpoint=endpoint,
+            protocol=protocol,
+            headers=headers,
+            out=out,
+            service_name=service_name,
+            patterns=tuple(pattern or ()),
+            progress=progress,
+            tree=tree,
+            export_timeout_s=export_timeout,
+            metrics_endpoint=metrics_endpoint,
+            prometheus_port=prometheus_port,
+            ceiling_usd=ceiling_usd,
+        )
+
+    def trace_options(self, *, collect_spans: bool = False) -> TraceOptions:
+        return TraceOptions(
+            endpoint=self.endpoint,
+            protocol=self.protocol,
+            headers=dict(self.headers),
+            out=self.out,
+            service_name=self.service_name,
+            timeout_s=self.export_timeout_s,
+            collect_spans=collect_spans,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ExportResult:
+    """How one export ended. ``exit_code`` is what the command exits with."""
+
+    exit_code: int
+    spans: int = 0
+    events: int = 0
+    trace_ids: tuple[str, ...] = ()
+    report: DeliveryReport | None = None
+    outcome: RunOutcome | BaseException | None = None
+    messages: tuple[str, ...] = ()
+
+
+def terminal_safe(text: str, masker: SecretMasker | None = None) -> str:
+    """Mask secrets, then strip terminal controls: the discipline for every printed dynamic string."""
+    masked = masker.mask(text) if masker is not None else compile_secret_masker().mask(text)
+    return sanitize_terminal_text(masked)
+
+
+class _ProgressSink(Protocol):
+    def feed(self, event: Mapping[str, Any]) -> None: ...
+
+    def close(self, outcome: Any) -> None: ...
+
+
+def _stderr_is_tty() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _open_progress(mode: str, ceiling_usd: float | None) -> _ProgressSink | None:
+    # auto: a live view only when stderr is a terminal; pipes and CI logs stay quiet.
+    if mode == "off" or (mode == "auto" and not _stderr_is_tty()):
+        return None
+    try:
+        module = importlib.import_module("rulvar_otel.cli._progress")
+    except ImportError:
+        return None
+    opener = getattr(module, "open_progress", None)
+    if opener is None:
+        return None
+    view: _ProgressSink | None = opener(mode, ceiling_usd=ceiling_usd)
+    return view
+
+
+class _MetricsHandle(Protocol):
+    meter: Meter
+
+    def shutdown(self) -> None: ...
+
+
+def _open_metrics(options: ExportOptions) -> tuple[Meter | None, Callable[[], None] | None]:
+    """The meter for ``to_otel`` and its shutdown, when a metrics destination was asked for."""
+    if options.metrics_endpoint is None and options.prometheus_port is None:
+        return None, None
+    try:
+        module = importlib.import_module("rulvar_otel.otel.metrics._provider")
+    except ImportError as exc:
+        raise ConfigError("metrics export is not available in this installation") from exc
+    builder = getattr(module, "build_meter_provider", None)
+    if builder is None:
+        raise ConfigError("metrics export is not available in this installation")
+    built = builder(
+        endpoint=options.metrics_endpoint,
+        prometheus_port=options.prometheus_port,
+        service_name=options.service_name,
+        headers=dict(options.headers),
+    )
+    provider = getattr(built, "provider", built)
+    meter = built.meter if hasattr(built, "meter") else provider.get_meter("rulvar_otel")
+    shutdown = getattr(built, "shutdown", None) or getattr(provider, "shutdown", None)
+    return meter, shutdown
+
+
+class _ObservedHandle:
+    """A RunHandle view that counts events, feeds the progress view, and keeps a source failure.
+
+    ``to_otel`` treats a failing source as the end of the stream (it must never raise into a
+    host); the command still needs to know, to exit with an input error.
+    """
+
+    def __init__(self, inner: RunHandle, progress: _ProgressSink | None) -> None:
+        self._inner = inner
+        self._progress = progress
+        self.events_seen = 0
+        self.source_error: Exception | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self._inner.run_id
+
+    @property
+    def events(self) -> AsyncIterator[EventLike]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[EventLike]:
+        try:
+            async for event in self._inner.events:
+                self.events_seen += 1
+                if self._progress is not None:
+                    self._feed(event)
+                yield event
+        except Exception as exc:  # noqa: BLE001 - recorded, reported by the command
+            self.source_error = exc
+
+    def _feed(self, event: EventLike) -> None:
+        assert self._progress is not None
+        try:
+            self._progress.feed(event_to_wire(event) if isinstance(event, EventModel) else event)
+        except Exception:  # noqa: BLE001 - a progress view never costs a span
+            self._progress = None
+
+    @property
+    def result(self) -> Awaitable[RunOutcome]:
+        return self._inner.result
+
+    def on(self, type: str, callback: Callable[[EventLike], object]) -> Callable[[], None]:  # noqa: A002
+        return self._inner.on(type, callback)
+
+
+def _describe_source_error(exc: Exception) -> str:
+    if isinstance(exc, RulvarOtelError):
+        return str(exc)
+    return f"the event stream failed ({type(exc).__name__})"
+
+
+async def export_run_async(
+    handle: RunHandle,
+    options: ExportOptions,
+    *,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> ExportResult:
+    """Export one run end to end: provider, ``to_otel``, flush, report, span tree.
+
+    Never raises for bad options, bad input or an unreachable backend: those come back as
+    :data:`EXIT_USAGE` / :data:`EXIT_EXPORT_FAILED` with the messages already printed on
+    ``stderr``. The span tree (when wanted) goes to ``stdout``.
+    """
+    err = stderr if stderr is not None else sys.stderr
+    messages: list[str] = []
+    try:
+        masker = compile_secret_masker(options.patterns or None)
+    except ConfigError as exc:
+        return _fail(err, messages, EXIT_USAGE, str(exc), None)
+
+    def say(text: str) -> None:
+        safe = sanitize_terminal_text(masker.mask(text))
+        messages.append(safe)
+        print(f"rulvar-otel: {safe}", file=err, flush=True)
+
+    try:
+        otlp = resolve_otlp_target(options.trace_options())
+        want_tree = options.tree if options.tree is not None else otlp is None
+        delivery: TraceDelivery = build_trace_delivery(options.trace_options(collect_spans=want_tree))
+    except ConfigError as exc:
+        return _fail(err, messages, EXIT_USAGE, f"error: {exc}", masker)
+
+    meter_shutdown: Callable[[], None] | None = None
+    progress: _ProgressSink | None = None
+    observed: _ObservedHandle | None = None
+    spans = 0
+    outcome: RunOutcome | BaseException | None = None
+    try:
+        meter, meter_shutdown = _open_metrics(options)
+        progress = _open_progress(options.progress, options.ceiling_usd)
+        observed = _ObservedHandle(handle, progress)
+        from rulvar_otel.otel.exporter import to_otel
+
+        spans = await to_otel(observed, delivery.tracer, patterns=options.patterns or None, meter=meter)
+        try:
+            outcome = await handle.result
+        except Exception as exc:  # noqa: BLE001 - a rejected result is a fact of the run
+            outcome = exc
+    except (ConfigError, EventError, SourceError) as exc:
+        await asyncio.to_thread(delivery.finish)
+        _close_progress(progress, outcome)
+        return _fail(err, messages, EXIT_USAGE, f"error: {exc}", masker)
+    finally:
+        if meter_shutdown is not None:
+            try:
+                meter_shutdown()
+            except Exception as exc:  # noqa: BLE001 - metrics never hide the trace result
+                say(f"metrics export failed: {type(exc).__name__}")
+    _close_progress(progress, outcome)
+
+    # Flushing can block for up to one export timeout; keep the event loop free meanwhile.
+    report = await asyncio.to_thread(delivery.finish)
+    events = observed.events_seen if observed is not None else 0
+    exit_code = EXIT_OK
+    if observed is not None and observed.source_error is not None:
+        say(f"error: {_describe_source_error(observed.source_error)}")
+        exit_code = EXIT_USAGE
+    elif events == 0:
+        say("error: the stream held no events")
+        exit_code = EXIT_USAGE
+
+    if want_tree and delivery.spans:
+        _print_tree(delivery, masker, stdout)
+
+    problems = report.problems()
+    for problem in problems:
+        say(f"export failed: {problem}")
+    if problems and exit_code == EXIT_OK:
+        exit_code = EXIT_EXPORT_FAILED
+    if not problems:
+        where = " and ".join(t.target for t in report.targets) or "nowhere"
+        traces = delivery.trace_ids
+        trace_text = f" in trace {traces[0]}" if len(traces) == 1 else f" in {len(traces)} traces"
+        say(f"exported {report.spans_ended} spans from {events} events{trace_text} to {where}")
+    return ExportResult(
+        exit_code=exit_code,
+        spans=spans,
+        events=events,
+        trace_ids=tuple(delivery.trace_ids),
+        report=report,
+        outcome=outcome,
+        messages=tuple(messages),
+    )
+
+
+def _print_tree(delivery: TraceDelivery, masker: SecretMasker, stdout: TextIO | None) -> None:
+    from rich.console import Console
+
+    from rulvar_otel.cli._tree import print_span_tree
+
+    console = Console(file=stdout if stdout is not None else sys.stdout, highlight=False, soft_wrap=True)
+    print_span_tree(delivery.spans, console, masker=masker)
+
+
+def _close_progress(progress: _ProgressSink | None, outcome: RunOutcome | BaseException | None) -> None:
+    if progress is None:
+        return
+    try:
+        progress.close(outcome)
+    except Exception:  # noqa: BLE001 - the view's failure is not the export's
+        pass
+
+
+def _fail(
+    err: TextIO, messages: list[str], code: int, text: str, masker: SecretMasker | None
+) -> ExportResult:
+    safe = terminal_safe(text, masker)
+    messages.append(safe)
+    print(f"rulvar-otel: {safe}", file=err, flush=True)
+    return ExportResult(exit_code=code, messages=tuple(messages))
+
+
+def export_run(
+    handle: RunHandle,
+    options: ExportOptions,
+    *,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> ExportResult:
+    """:func:`export_run_async` for synchronous callers (runs its own event loop)."""
+    return asyncio.run(export_run_async(handle, options, stdout=stdout, stderr=stderr))

@@ -1,0 +1,235 @@
+"""Recorded event streams in JSON lines: one ``WorkflowEvent`` per line, from a file or stdin.
+
+Lines come back as wire-form dicts (no pydantic model per line: parsing would dominate an
+export's cost). A line that cannot be an event (bad JSON, not an object, a missing or mistyped
+envelope field) is reported as a :class:`~rulvar_otel.errors.StreamLineError` naming its line
+number and skipped, so the rest of the stream still exports; ``strict=True`` raises the first one
+instead. Blank lines are ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Final, cast
+
+import orjson
+
+from rulvar_otel.core.handle import RecordedRunHandle, RunOutcome, handle_from_events
+from rulvar_otel.errors import SourceError, StreamLineError
+
+__all__ = [
+    "STDIN",
+    "JsonlEventSource",
+    "check_envelope",
+    "handle_from_jsonl",
+    "open_jsonl",
+    "read_jsonl_events",
+]
+
+STDIN: Final = "-"
+
+# Diagnostics kept in memory; beyond this only the count grows (a stream of garbage must not
+# turn into an unbounded list). ``on_error`` still sees every one.
+MAX_KEPT_ERRORS: Final = 1000
+
+# The envelope every event shares: field, accepted types, what the message calls the type.
+_REQUIRED: Final[tuple[tuple[str, type | tuple[type, ...], str], ...]] = (
+    ("runId", str, "a string"),
+    ("seq", int, "an integer"),
+    ("ts", str, "a string (ISO-8601 timestamp)"),
+    ("spanId", str, "a string"),
+    ("type", str, "a string"),
+)
+_OPTIONAL: Final[tuple[tuple[str, type, str], ...]] = (
+    ("parentSpanId", str, "a string"),
+    ("replayed", bool, "a boolean"),
+)
+
+PathLike = str | os.PathLike[str]
+
+
+def _type_name(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def check_envelope(obj: Mapping[str, Any]) -> str | None:
+    """Why ``obj`` is not a well-formed event envelope, or ``None`` when it is.
+
+    The message names the field and the defect, never the value (a value may be content).
+    """
+    for field, kind, label in _REQUIRED:
+        if field not in obj:
+            return f"missing envelope field {field!r}"
+        value = obj[field]
+        # bool is an int subclass; a boolean seq is a mistyped seq.
+        if not isinstance(value, kind) or isinstance(value, bool):
+            return f"envelope field {field!r} must be {label}, got {_type_name(value)}"
+    for field, kind, label in _OPTIONAL:
+        value = obj.get(field)
+        if value is not None and (
+            not isinstance(value, kind) or (kind is not bool and isinstance(value, bool))
+        ):
+            return f"envelope field {field!r} must be {label} when present, got {_type_name(value)}"
+    return None
+
+
+class JsonlEventSource:
+    """An open JSONL stream; iterate it once for the events.
+
+    ``source`` is a path, ``"-"`` for stdin, or an open binary/text file object (left open).
+    Opening a path that cannot be read raises :class:`SourceError` at once, before any event.
+    Diagnostics for skipped lines collect in :attr:`errors` (the first
+    :data:`MAX_KEPT_ERRORS`) and :attr:`error_count`; ``on_error`` is called for each.
+    """
+
+    def __init__(
+        self,
+        source: PathLike | IO[bytes] | IO[str],
+        *,
+        strict: bool = False,
+        on_error: Callable[[StreamLineError], None] | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.strict = strict
+        self._on_error = on_error
+        self.errors: list[StreamLineError] = []
+        self.error_count = 0
+        self.lines_read = 0
+        self.events_read = 0
+        self._owned: IO[bytes] | None = None
+        self._stream: IO[bytes] | IO[str]
+        if isinstance(source, str | os.PathLike):
+            text = os.fspath(source)
+            if text == STDIN:
+                self._stream = sys.stdin.buffer
+                self.name = name or "<stdin>"
+            else:
+                self.name = name or text
+                try:
+                    self._owned = Path(text).open("rb")  # noqa: SIM115 - closed by close()
+                except IsADirectoryError as exc:
+                    raise SourceError(f"cannot read {text}: it is a directory") from exc
+                except FileNotFoundError as exc:
+                    raise SourceError(f"cannot read {text}: no such file") from exc
+                except OSError as exc:
+                    raise SourceError(f"cannot read {text}: {exc.strerror or exc}") from exc
+                self._stream = self._owned
+        else:
+            self._stream = source
+            self.name = name or str(getattr(source, "name", "<stream>"))
+        self._started = False
+
+    def __enter__(self) -> JsonlEventSource:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the file this source opened (stdin and caller-owned streams stay open)."""
+        if self._owned is not None:
+            self._owned.close()
+            self._owned = None
+
+    def _report(self, line_number: int, reason: str) -> None:
+        error = StreamLineError(line_number, reason, self.name)
+        if self.strict:
+            raise error
+        self.error_count += 1
+        if len(self.errors) < MAX_KEPT_ERRORS:
+            self.errors.append(error)
+        if self._on_error is not None:
+            self._on_error(error)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        if self._started:
+            raise SourceError(f"{self.name}: a JSONL source can be iterated only once")
+        self._started = True
+        return self._lines()
+
+    def _lines(self) -> Iterator[dict[str, Any]]:
+        loads = orjson.loads
+        lines = cast("Iterable[bytes | str]", self._stream)
+        try:
+            for line_number, line in enumerate(lines, start=1):
+                self.lines_read = line_number
+                if not line.strip():
+                    continue
+                try:
+                    obj = loads(line)
+                except orjson.JSONDecodeError as exc:
+                    # orjson's message carries positions only, never the offending text.
+                    self._report(line_number, f"invalid JSON ({exc.msg})")
+                    continue
+                if not isinstance(obj, dict):
+                    self._report(line_number, f"expected a JSON object, got {_type_name(obj)}")
+                    continue
+                defect = check_envelope(obj)
+                if defect is not None:
+                    self._report(line_number, defect)
+                    continue
+                self.events_read += 1
+                yield obj
+        except OSError as exc:
+            raise SourceError(f"cannot read {self.name}: {exc.strerror or exc}") from exc
+        except UnicodeDecodeError as exc:
+            # Only text-mode streams decode before orjson sees the line.
+            raise SourceError(f"cannot read {self.name}: not UTF-8 text ({exc.reason})") from exc
+        finally:
+            self.close()
+
+
+def open_jsonl(
+    source: PathLike | IO[bytes] | IO[str],
+    *,
+    strict: bool = False,
+    on_error: Callable[[StreamLineError], None] | None = None,
+) -> JsonlEventSource:
+    """Open a JSONL stream (a path, ``"-"`` for stdin, or a file object)."""
+    return JsonlEventSource(source, strict=strict, on_error=on_error)
+
+
+def read_jsonl_events(
+    source: PathLike | IO[bytes] | IO[str], *, strict: bool = False
+) -> tuple[list[dict[str, Any]], list[StreamLineError]]:
+    """Read a whole stream: the events and the diagnostics of the skipped lines."""
+    with JsonlEventSource(source, strict=strict) as src:
+        events = list(src)
+        return events, src.errors
+
+
+def handle_from_jsonl(
+    source: PathLike | IO[bytes] | IO[str] | JsonlEventSource,
+    *,
+    outcome: RunOutcome | Mapping[str, Any] | BaseException | None = None,
+    strict: bool = False,
+    on_error: Callable[[StreamLineError], None] | None = None,
+) -> RecordedRunHandle:
+    """A :class:`RunHandle` over a JSONL stream, read lazily as the consumer iterates.
+
+    Without ``outcome`` the result is derived from the stream's last ``run:end``.
+    """
+    src = (
+        source
+        if isinstance(source, JsonlEventSource)
+        else JsonlEventSource(source, strict=strict, on_error=on_error)
+    )
+    return handle_from_events(src, outcome)
