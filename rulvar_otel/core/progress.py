@@ -108,7 +108,9 @@ def format_usd(value: float | None) -> str:
     if value is None:
         return "-"
     if value != 0 and abs(value) < 0.01:
-        return f"${value:.4f}"
+        # Up to six decimals, trailing zeros trimmed to four: $0.0002, $0.000004.
+        text = f"{value:.6f}".rstrip("0")
+        return "$" + (text + "0" * max(0, 4 - len(text.split(".")[1])))
     return f"${value:.3f}"
 
 

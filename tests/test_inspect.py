@@ -1,0 +1,91 @@
+"""``rulvar-otel inspect``: the reducers' tables in text and JSON."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from rulvar_otel.cli import app
+from rulvar_otel.cli._inspect import run_inspect
+from rulvar_otel.core.masking import MASKED_SECRET
+from tests._fixtures import STREAMS, events
+
+
+def _run(path: Path | str, *, as_json: bool, patterns: list[str] | None = None) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = run_inspect(str(path), as_json=as_json, patterns=patterns, out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_text_form_prints_the_three_readings() -> None:
+    code, out, _ = _run(STREAMS / "phases.jsonl", as_json=False)
+    assert code == 0
+    assert "Invocation table" in out and "By role" in out and "Critical path" in out
+    row = next(line for line in out.splitlines() if line.strip().startswith("s2 "))
+    assert "longRunner" in row and "ok" in row and "240k" in row and "$0.241" in row and "per-call" in row
+    phase_rows = [line for line in out.splitlines() if line.strip().startswith("#")]
+    assert len(phase_rows) == 5 and "summarize" in phase_rows[1]
+    assert "1 agent spans, 0 open, 0 open phases" in out
+
+
+def test_text_form_shows_the_post_fan_in_decomposition() -> None:
+    code, out, _ = _run(STREAMS / "orchestrate.jsonl", as_json=False)
+    assert code == 0
+    assert "1 ms (9.1% of wall)" in out
+    assert "await_all 0 ms x1, finish 1 ms x1" in out
+
+
+def test_json_form_matches_the_reducers() -> None:
+    code, out, _ = _run(STREAMS / "orchestrate.jsonl", as_json=True)
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["criticalPath"]["runWallMs"] == 11.0 and doc["criticalPath"]["workerSpans"] == 3
+    assert [a["spanId"] for a in doc["invocationTable"]["agents"]] == ["s1", "s5", "s9", "s16"]
+    assert doc["invocationTable"]["byRole"]["loop"]["phases"] == 3
+
+
+def test_truncated_stream_shows_open_rows_and_absent_figures(tmp_path: Path) -> None:
+    code, out, _ = _run(STREAMS / "synthetic-truncated-ok.jsonl", as_json=False)
+    assert code == 0
+    assert "1 agent spans, 1 open, 1 open phases" in out
+    run_wall = next(line for line in out.splitlines() if "run wall" in line)
+    assert run_wall.split()[-1] == "-"
+
+
+def test_hostile_and_secret_strings_are_masked_and_sanitized(tmp_path: Path) -> None:
+    evs = events("minimal")
+    for event in evs:
+        if event["type"] == "agent:start":
+            event["label"] = "bad\x1b[2J\nrow sk-abcdefghijklmnopqrstuvwx item-7"
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in evs))
+    code, out, _ = _run(path, as_json=False, patterns=[r"item-\d"])
+    assert code == 0 and "\x1b" not in out and "sk-abc" not in out and "item-7" not in out
+    assert MASKED_SECRET in out
+    code, out, _ = _run(path, as_json=True, patterns=[r"item-\d"])
+    assert "\\u001b" in out and "\x1b" not in out and "sk-abc" not in out
+    label = json.loads(out)["invocationTable"]["agents"][0]["label"]
+    assert label == f"bad\x1b[2J\nrow {MASKED_SECRET} {MASKED_SECRET}"
+
+
+def test_bad_input_is_a_clear_error_with_exit_code_2(tmp_path: Path) -> None:
+    code, _, err = _run(tmp_path / "missing.jsonl", as_json=False)
+    assert code == 2 and "no such file" in err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("not json\n")
+    code, _, err = _run(empty, as_json=False)
+    assert code == 2 and "invalid JSON" in err and "holds no events" in err
+    code, _, err = _run(STREAMS / "minimal.jsonl", as_json=False, patterns=["("])
+    assert code == 2 and "patterns[0]" in err
+
+
+def test_the_cli_command() -> None:
+    runner = CliRunner()
+    result = runner.invoke(app, ["inspect", str(STREAMS / "minimal.jsonl"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["criticalPath"]["workerSpans"] == 1
+    result = runner.invoke(app, ["inspect", "/nonexistent/x.jsonl"])
+    assert result.exit_code == 2
