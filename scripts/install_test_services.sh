@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Installs the services the test suite runs for real (promtool, prometheus, alertmanager) from
 # Debian when any is missing. Idempotent and quiet: a machine that has them is left untouched.
+# Debian names the Alertmanager binary prometheus-alertmanager; the tests accept either name.
 set -euo pipefail
 
-missing=0
-for tool in promtool prometheus alertmanager; do
-  command -v "$tool" >/dev/null 2>&1 || missing=1
-done
-[ "$missing" -eq 0 ] && exit 0
+have_all() {
+  command -v promtool >/dev/null 2>&1 &&
+    command -v prometheus >/dev/null 2>&1 &&
+    { command -v alertmanager >/dev/null 2>&1 || command -v prometheus-alertmanager >/dev/null 2>&1; }
+}
+
+have_all && exit 0
 
 if ! command -v apt-get >/dev/null 2>&1; then
-  echo "install_test_services: promtool/prometheus/alertmanager are missing and apt-get is not available;" \
-       "install Prometheus and Alertmanager and put them on PATH" >&2
+  echo "install_test_services: promtool, prometheus or alertmanager is missing and apt-get is not" \
+       "available; install Prometheus and Alertmanager and put them on PATH" >&2
   exit 1
 fi
 
@@ -21,9 +24,10 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq >/dev/null
-# --no-install-recommends keeps the node exporter and web assets out; policy-rc.d stops the
-# packages' service units from starting daemons on a developer machine or CI runner.
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+# policy-rc.d keeps the packages' service units from starting daemons on a developer machine or
+# CI runner; it is removed again only if this script created it.
 policy=/usr/sbin/policy-rc.d
 created_policy=0
 if [ ! -e "$policy" ]; then
@@ -31,17 +35,21 @@ if [ ! -e "$policy" ]; then
   $SUDO chmod +x "$policy"
   created_policy=1
 fi
-$SUDO apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager >/dev/null
+status=0
+{
+  $SUDO apt-get update -qq &&
+    $SUDO apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager
+} >"$log" 2>&1 || status=$?
 if [ "$created_policy" -eq 1 ]; then
   $SUDO rm -f "$policy"
 fi
+if [ "$status" -ne 0 ]; then
+  cat "$log" >&2
+  echo "install_test_services: apt-get failed (exit $status)" >&2
+  exit "$status"
+fi
 
-for tool in promtool prometheus alertmanager; do
-  if ! command -v "$tool" >/dev/null 2>&1; then
-    if [ -x "/usr/bin/prometheus-$tool" ]; then
-      continue
-    fi
-    echo "install_test_services: $tool is still missing after apt-get install" >&2
-    exit 1
-  fi
-done
+if ! have_all; then
+  echo "install_test_services: promtool, prometheus or alertmanager is still missing after apt-get" >&2
+  exit 1
+fi

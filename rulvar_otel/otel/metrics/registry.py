@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Final, TypeAlias
 
@@ -132,13 +132,20 @@ def _num(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _ts(value: Any) -> float | None:
+def _ts(value: Any) -> datetime | None:
     if not isinstance(value, str):
         return None
     try:
-        return datetime.fromisoformat(value).timestamp()
+        stamp = datetime.fromisoformat(value)
     except ValueError:
         return None
+    # Naive and aware stamps cannot be subtracted; a stamp without an offset is read as UTC.
+    return stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=UTC)
+
+
+def _seconds(start: datetime, end: datetime) -> float:
+    # timedelta arithmetic is exact to the microsecond, unlike epoch floats.
+    return max((end - start).total_seconds(), 0.0)
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -147,7 +154,7 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 
 @dataclass(slots=True)
 class _AgentSpan:
-    start_ts: float | None
+    start_ts: datetime | None
     model: str
     agent_type: str
 
@@ -158,7 +165,7 @@ class FoldState:
 
     masker: SecretMasker
     workflow: str = UNKNOWN
-    run_start_ts: float | None = None
+    run_start_ts: datetime | None = None
     agents: dict[str, _AgentSpan] = field(default_factory=dict)
     denied_spans: set[str] = field(default_factory=set)  # spans with quota denials pending
     task_agent_type: dict[str, str] = field(default_factory=dict)  # logicalTaskId -> agentType
@@ -296,7 +303,7 @@ def _fold_run_duration(state: FoldState, event: Mapping[str, Any]) -> Iterable[O
     if end is None or state.run_start_ts is None:
         return ()
     status, _, _ = _run_terminal(event)
-    return [(max(end - state.run_start_ts, 0.0), {sc.WORKFLOW: _workflow(state, event), sc.STATUS: status})]
+    return [(_seconds(state.run_start_ts, end), {sc.WORKFLOW: _workflow(state, event), sc.STATUS: status})]
 
 
 def _fold_run_cost(state: FoldState, event: Mapping[str, Any]) -> Iterable[Observation]:
@@ -365,7 +372,7 @@ def _fold_agent_duration(state: FoldState, event: Mapping[str, Any]) -> Iterable
     end = _ts(event.get("ts"))
     if span is None or span.start_ts is None or end is None:
         return ()
-    return [(max(end - span.start_ts, 0.0), _agent_end_attrs(state, event))]
+    return [(_seconds(span.start_ts, end), _agent_end_attrs(state, event))]
 
 
 def _error_class(state: FoldState, event: Mapping[str, Any]) -> str:
