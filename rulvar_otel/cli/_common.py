@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Final, Protocol, TextIO
+from urllib.parse import urlsplit
 
 import typer
 from opentelemetry.metrics import Meter
@@ -24,14 +25,16 @@ from opentelemetry.metrics import Meter
 from rulvar_otel.core.events import EventModel, event_to_wire
 from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome
 from rulvar_otel.core.masking import SecretMasker, compile_secret_masker, sanitize_terminal_text
-from rulvar_otel.errors import ConfigError, EventError, RulvarOtelError, SourceError
+from rulvar_otel.errors import ConfigError, EventError, ExportError, RulvarOtelError, SourceError
 from rulvar_otel.otel._provider import (
+    DEFAULT_EXPORT_TIMEOUT_S,
     DeliveryReport,
     TraceDelivery,
     TraceOptions,
     build_trace_delivery,
     parse_header,
     resolve_otlp_target,
+    resolve_service_name,
 )
 
 __all__ = [
@@ -275,33 +278,27 @@ def _open_progress(mode: str, ceiling_usd: float | None) -> _ProgressSink | None
     return view
 
 
-class _MetricsHandle(Protocol):
-    meter: Meter
-
-    def shutdown(self) -> None: ...
-
-
 def _open_metrics(options: ExportOptions) -> tuple[Meter | None, Callable[[], None] | None]:
     """The meter for ``to_otel`` and its shutdown, when a metrics destination was asked for."""
     if options.metrics_endpoint is None and options.prometheus_port is None:
         return None, None
-    try:
-        module = importlib.import_module("rulvar_otel.otel.metrics._provider")
-    except ImportError as exc:
-        raise ConfigError("metrics export is not available in this installation") from exc
-    builder = getattr(module, "build_meter_provider", None)
-    if builder is None:
-        raise ConfigError("metrics export is not available in this installation")
-    built = builder(
-        endpoint=options.metrics_endpoint,
-        prometheus_port=options.prometheus_port,
-        service_name=options.service_name,
+    from rulvar_otel.otel.metrics._provider import MetricsSetup, build_meter_provider
+
+    protocol = options.protocol
+    if protocol is None and options.metrics_endpoint is not None:
+        # The same rule as for traces: gRPC on its well-known port, http/protobuf elsewhere.
+        port = urlsplit(options.metrics_endpoint).port if "://" in options.metrics_endpoint else None
+        protocol = "grpc" if port == 4317 else "http/protobuf"
+    setup = MetricsSetup(
+        otlp_endpoint=options.metrics_endpoint,
+        otlp_protocol="http/protobuf" if protocol == "http/protobuf" else "grpc",
         headers=dict(options.headers),
+        timeout_s=min(options.export_timeout_s or DEFAULT_EXPORT_TIMEOUT_S, 60.0),
+        prometheus_port=options.prometheus_port,
+        service_name=resolve_service_name(options.trace_options()),
     )
-    provider = getattr(built, "provider", built)
-    meter = built.meter if hasattr(built, "meter") else provider.get_meter("rulvar_otel")
-    shutdown = getattr(built, "shutdown", None) or getattr(provider, "shutdown", None)
-    return meter, shutdown
+    pipeline = build_meter_provider(setup)
+    return pipeline.meter, pipeline.shutdown
 
 
 class _ObservedHandle:
@@ -408,6 +405,10 @@ async def export_run_async(
         await asyncio.to_thread(delivery.finish)
         _close_progress(progress, outcome)
         return _fail(err, messages, EXIT_USAGE, f"error: {exc}", masker)
+    except ExportError as exc:
+        await asyncio.to_thread(delivery.finish)
+        _close_progress(progress, outcome)
+        return _fail(err, messages, EXIT_EXPORT_FAILED, f"export failed: {exc}", masker)
     finally:
         if meter_shutdown is not None:
             try:

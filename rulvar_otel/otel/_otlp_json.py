@@ -138,5 +138,9 @@ class OtlpJsonFileExporter(SpanExporter):
         with self._lock:
             self._closed = True
             if self._owned is not None:
-                self._owned.close()
+                try:
+                    self._owned.close()
+                except OSError as exc:
+                    # Every line was flushed on write; a close failure only repeats a write failure.
+                    self.error = self.error or f"cannot write {self.path}: {exc.strerror or exc}"
                 self._owned = None

@@ -435,10 +435,17 @@ def _batch_size(environ: Mapping[str, str], queue: int) -> int:
 
 
 def _span_limits(environ: Mapping[str, str]) -> SpanLimits:
-    # None reads OTEL_SPAN_EVENT_COUNT_LIMIT; UNSET means no limit (the SDK default is 128).
-    if _env(environ, "OTEL_SPAN_EVENT_COUNT_LIMIT") is not None:
-        return SpanLimits()
-    return SpanLimits(max_events=SpanLimits.UNSET)
+    # The SDK keeps 128 events per span by default; the run span of a long run carries thousands.
+    raw = _env(environ, "OTEL_SPAN_EVENT_COUNT_LIMIT")
+    if raw is None:
+        return SpanLimits(max_events=SpanLimits.UNSET)
+    try:
+        limit = int(raw)
+    except ValueError as exc:
+        raise ConfigError(f"OTEL_SPAN_EVENT_COUNT_LIMIT must be an integer (got {raw!r})") from exc
+    if limit < 0:
+        raise ConfigError(f"OTEL_SPAN_EVENT_COUNT_LIMIT must not be negative (got {raw!r})")
+    return SpanLimits(max_events=limit)
 
 
 def build_trace_delivery(
