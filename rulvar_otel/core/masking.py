@@ -95,7 +95,7 @@ def _mask_deep(masker: SecretMasker, value: _T) -> _T:
         new_items = [_mask_deep(masker, item) for item in seq]
         if all(a is b for a, b in zip(new_items, seq, strict=True)):
             return value
-        return (tuple(new_items) if isinstance(value, tuple) else new_items)  # type: ignore[return-value]
+        return tuple(new_items) if isinstance(value, tuple) else new_items  # type: ignore[return-value]
     return value
 
 

@@ -241,9 +241,17 @@ class SpanMapper:
             self._segment_open.setdefault(self._segment, set()).add(rec)
         return rec
 
-    def _close(self, rec: _Rec, ns: int, attributes: Iterable[tuple[str, ax.AttrValue]], status: object,
-               *, message: str | None = None, force_error: bool = False,
-               error_type: str | None = None) -> None:
+    def _close(
+        self,
+        rec: _Rec,
+        ns: int,
+        attributes: Iterable[tuple[str, ax.AttrValue]],
+        status: object,
+        *,
+        message: str | None = None,
+        force_error: bool = False,
+        error_type: str | None = None,
+    ) -> None:
         span = rec.span
         if span is None:
             return
@@ -328,7 +336,13 @@ class SpanMapper:
         return self._innermost_open()
 
     def _attach_event(
-        self, event: Mapping[str, Any], ns: int, name: str, host: _Rec | None = None, *, replayed: bool = False
+        self,
+        event: Mapping[str, Any],
+        ns: int,
+        name: str,
+        host: _Rec | None = None,
+        *,
+        replayed: bool = False,
     ) -> None:
         if host is None or not self._is_open(host):
             host = self._host_for(event)
@@ -386,7 +400,11 @@ class SpanMapper:
         unsettled = event.get("settled") is False
         message = None
         if unsettled:
-            message = SUPERSEDED_MESSAGE if event.get("settledReason") == "superseded" else SETTLEMENT_FAILED_MESSAGE
+            message = (
+                SUPERSEDED_MESSAGE
+                if event.get("settledReason") == "superseded"
+                else SETTLEMENT_FAILED_MESSAGE
+            )
         self._close(
             rec,
             ns,
@@ -443,7 +461,11 @@ class SpanMapper:
         attrs: dict[str, ax.AttrValue] = dict(ax.agent_open_attributes(event, self._mask))
         parent = self._parent_for(event, attrs)
         agent_type = event.get("agentType")
-        label = (self._mask(agent_type) if agent_type else "(anon)") if isinstance(agent_type, str) else ax.UNKNOWN
+        label = (
+            (self._mask(agent_type) if agent_type else "(anon)")
+            if isinstance(agent_type, str)
+            else ax.UNKNOWN
+        )
         name = f"agent {label} {ax.text(event.get('role'), self._mask)}"
         rec = self._start(_AGENT, name, event, ns, parent, "agent:" + (key or ""), attrs)
         if key is not None:
@@ -456,7 +478,10 @@ class SpanMapper:
             self._attach_event(event, ns, "agent:end")
             return
         self._close(
-            rec, ns, ax.agent_close_attributes(event), event.get("status"),
+            rec,
+            ns,
+            ax.agent_close_attributes(event),
+            event.get("status"),
             error_type=ax.error_type(event, self._mask),
         )
 
@@ -535,7 +560,10 @@ class SpanMapper:
             self._attach_event(event, ns, "tool:end")
             return
         self._close(
-            rec, ns, ax.tool_close_attributes(event, self._mask), event.get("outcome"),
+            rec,
+            ns,
+            ax.tool_close_attributes(event, self._mask),
+            event.get("outcome"),
             error_type=ax.error_type(event, self._mask),
         )
 
@@ -566,4 +594,3 @@ def _parse_ts(ts: str) -> int | None:
         parsed = parsed.replace(tzinfo=UTC)
     delta = parsed - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
-

@@ -1,0 +1,121 @@
+"""A deterministic in-memory OTel pipeline for tests: spans in start order, fixed ids."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanLimits, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+
+from rulvar_otel.core.handle import EventLike, RunOutcome, handle_from_events
+from rulvar_otel.otel import to_otel
+
+
+class CountingIds(IdGenerator):
+    """Sequential ids: runs of a test are reproducible byte for byte."""
+
+    def __init__(self) -> None:
+        self._span = 0
+        self._trace = 0
+
+    def generate_span_id(self) -> int:
+        self._span += 1
+        return self._span
+
+    def generate_trace_id(self) -> int:
+        self._trace += 1
+        return self._trace
+
+
+class Recorder(SpanProcessor):
+    """Keeps every span in start order, and the ended ones."""
+
+    def __init__(self) -> None:
+        self.started: list[Span] = []
+        self.ended: list[ReadableSpan] = []
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        self.started.append(span)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.ended.append(span)
+
+
+@dataclass
+class Export:
+    returned: int
+    spans: list[Span]  # start order
+    ended: list[ReadableSpan]
+    by_id: dict[int, Span] = field(default_factory=dict[int, Span])
+
+    def __post_init__(self) -> None:
+        self.by_id = {s.context.span_id: s for s in self.spans}
+
+    def index_of(self, span_id: int | None) -> int | None:
+        if span_id is None:
+            return None
+        for i, s in enumerate(self.spans):
+            if s.context.span_id == span_id:
+                return i
+        return None
+
+    def parent_index(self, span: Span) -> int | None:
+        return self.index_of(span.parent.span_id if span.parent is not None else None)
+
+    def named(self, name: str) -> list[Span]:
+        return [s for s in self.spans if s.name == name]
+
+
+def provider(recorder: SpanProcessor, *, max_events: int | None = 100_000) -> TracerProvider:
+    tp = TracerProvider(
+        id_generator=CountingIds(),
+        span_limits=SpanLimits(max_events=max_events, max_attributes=1000),
+    )
+    tp.add_span_processor(recorder)
+    return tp
+
+
+def export(
+    events: Iterable[EventLike],
+    outcome: RunOutcome | BaseException | None = None,
+    *,
+    patterns: Sequence[str] | None = None,
+    run_id: str | None = None,
+) -> Export:
+    """Run ``to_otel`` over a recorded stream into an in-memory recorder."""
+    recorder = Recorder()
+    tp = provider(recorder)
+    handle = handle_from_events(list(events), outcome, run_id=run_id)
+    returned = asyncio.run(to_otel(handle, tp.get_tracer("test"), patterns=patterns))
+    return Export(returned, list(recorder.started), list(recorder.ended))
+
+
+def ev(
+    kind: str, seq: int, span: str, parent: str | None = None, ts_ms: int | None = None, **body: Any
+) -> dict[str, Any]:
+    """A wire-form event for hand-built streams (ts defaults to seq milliseconds after 2026-01-01)."""
+    base_ms = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+    ms = base_ms + (ts_ms if ts_ms is not None else seq)
+    seconds, millis = divmod(ms, 1000)
+    import datetime as _dt
+
+    ts = _dt.datetime.fromtimestamp(seconds, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{millis:03d}Z"
+    out: dict[str, Any] = {"runId": body.pop("runId", "r1"), "seq": seq, "ts": ts, "spanId": span}
+    if parent is not None:
+        out["parentSpanId"] = parent
+    out["type"] = kind
+    out.update(body)
+    return out
+
+
+def ms(ns: int | None) -> int | None:
+    return None if ns is None else ns // 1_000_000
+
+
+def t(ts_ms: int) -> int:
+    """The ns timestamp `ev(..., ts_ms=...)` produces."""
+    return (1_767_225_600_000 + ts_ms) * 1_000_000
