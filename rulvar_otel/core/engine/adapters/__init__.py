@@ -1,0 +1,1 @@
+"""Model adapters for real providers (imported on demand: they load network clients lazily)."""

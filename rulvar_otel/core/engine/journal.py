@@ -1,0 +1,137 @@
+"""The journal: an append-only list of decided facts per run, the authority replay reads.
+
+Entries are JSON objects ``{seq, kind, key?, ts, data}``. ``seq`` is the journal's own counter
+(events reference it as ``entryRef``); it is never the telemetry ``seq``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+from rulvar_otel.errors import ConfigError, RunNotFoundError, SourceError
+
+__all__ = ["InMemoryJournalStore", "JournalEntry", "JournalStore", "JsonlJournalStore"]
+
+
+class JournalEntry(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    seq: int
+    kind: str
+    key: str | None = None
+    ts: str
+    data: dict[str, Any] = Field(default_factory=dict[str, Any])
+
+
+@runtime_checkable
+class JournalStore(Protocol):
+    """Where journals live. ``append`` assigns nothing: the engine numbers entries itself."""
+
+    def load(self, run_id: str) -> list[JournalEntry]:
+        """Every entry of ``run_id`` in append order; raises RunNotFoundError for an unknown run."""
+        ...
+
+    def append(self, run_id: str, entry: JournalEntry) -> None: ...
+
+    def exists(self, run_id: str) -> bool: ...
+
+    def runs(self) -> list[str]: ...
+
+
+class InMemoryJournalStore:
+    """A journal store in a dict: for tests and one-process use."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, list[JournalEntry]] = {}
+        self._lock = threading.Lock()
+
+    def load(self, run_id: str) -> list[JournalEntry]:
+        with self._lock:
+            if run_id not in self._runs:
+                raise RunNotFoundError(f"no journal for run {run_id!r}")
+            return list(self._runs[run_id])
+
+    def append(self, run_id: str, entry: JournalEntry) -> None:
+        with self._lock:
+            self._runs.setdefault(run_id, []).append(entry)
+
+    def exists(self, run_id: str) -> bool:
+        return run_id in self._runs
+
+    def runs(self) -> list[str]:
+        return sorted(self._runs)
+
+
+_SAFE_RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+
+
+class JsonlJournalStore:
+    """One ``<run_id>.jsonl`` file per run in ``directory``; each append is one flushed line.
+
+    A torn last line (a crash mid-write) is ignored on load: everything before it is intact.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], *, fsync: bool = False) -> None:
+        self.directory = Path(directory)
+        self._fsync = fsync
+        self._lock = threading.Lock()
+
+    def _path(self, run_id: str) -> Path:
+        if not _SAFE_RUN_ID.match(run_id) or run_id in (".", ".."):
+            raise ConfigError(f"run id {run_id!r} is not usable as a journal file name")
+        return self.directory / f"{run_id}.jsonl"
+
+    def load(self, run_id: str) -> list[JournalEntry]:
+        path = self._path(run_id)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            raise RunNotFoundError(f"no journal for run {run_id!r} in {self.directory}") from None
+        except OSError as exc:
+            raise SourceError(f"cannot read journal {path}: {exc.strerror}") from exc
+        entries: list[JournalEntry] = []
+        lines = raw.split(b"\n")
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                value: Mapping[str, Any] = orjson.loads(line)
+                entries.append(JournalEntry.model_validate(value))
+            except (orjson.JSONDecodeError, ValueError) as exc:
+                if number == len(lines) or (number == len(lines) - 1 and not lines[-1].strip()):
+                    break  # a torn final write
+                raise SourceError(f"{path}:{number}: not a journal entry ({exc})") from exc
+        return entries
+
+    def append(self, run_id: str, entry: JournalEntry) -> None:
+        path = self._path(run_id)
+        wire = entry.model_dump()
+        if wire["key"] is None:
+            del wire["key"]
+        line = orjson.dumps(wire) + b"\n"
+        with self._lock:
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                with path.open("ab") as fh:
+                    fh.write(line)
+                    fh.flush()
+                    if self._fsync:
+                        os.fsync(fh.fileno())
+            except OSError as exc:
+                raise SourceError(f"cannot append to journal {path}: {exc.strerror}") from exc
+
+    def exists(self, run_id: str) -> bool:
+        return self._path(run_id).exists()
+
+    def runs(self) -> list[str]:
+        if not self.directory.is_dir():
+            return []
+        return sorted(p.stem for p in self.directory.glob("*.jsonl"))

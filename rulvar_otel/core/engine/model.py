@@ -1,0 +1,203 @@
+"""The engine's value types: model turns, the adapter protocol, and the typed errors a run settles on.
+
+Everything here is plain data plus exceptions; nothing performs I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import JsonValue
+
+from rulvar_otel.core.events import Usage
+from rulvar_otel.errors import RulvarOtelError
+
+__all__ = [
+    "AdapterError",
+    "AgentFailedError",
+    "BudgetExhaustedError",
+    "ExposureDrainedError",
+    "ModelAdapter",
+    "ModelRequest",
+    "ModelTurn",
+    "QuotaExhaustedError",
+    "ReplayMissError",
+    "SchemaValidationError",
+    "ToolCallRequest",
+    "WorkflowError",
+    "add_usage",
+    "usage_dict",
+    "wire_error",
+]
+
+
+def wire_error(code: str, message: str, *, retryable: bool = False, data: JsonValue = None) -> dict[str, Any]:
+    """The WireError shape (``code``, ``message``, ``retryable``, ``data?``) as a JSON dict."""
+    out: dict[str, Any] = {"code": code, "message": message, "retryable": retryable}
+    if data is not None:
+        out["data"] = data
+    return out
+
+
+def usage_dict(usage: Usage) -> dict[str, int]:
+    """The wire form of a Usage (only the fields that are set)."""
+    out = usage.model_dump(by_alias=True, exclude_none=True)
+    return {k: int(v) for k, v in out.items() if isinstance(v, int)}
+
+
+def add_usage(a: Usage, b: Usage) -> Usage:
+    """Field-wise sum; optional counters stay absent unless one side has them."""
+
+    def opt(x: int | None, y: int | None) -> int | None:
+        return None if x is None and y is None else (x or 0) + (y or 0)
+
+    return Usage(
+        input_tokens=a.input_tokens + b.input_tokens,
+        output_tokens=a.output_tokens + b.output_tokens,
+        cache_read_tokens=a.cache_read_tokens + b.cache_read_tokens,
+        cache_write_tokens=a.cache_write_tokens + b.cache_write_tokens,
+        reasoning_tokens=opt(a.reasoning_tokens, b.reasoning_tokens),
+    )
+
+
+@dataclass(frozen=True)
+class ToolCallRequest:
+    """One tool call a model asked for; ``id`` is minted by the model (provider)."""
+
+    id: str
+    name: str
+    arguments: Mapping[str, Any] = field(default_factory=dict[str, Any])
+
+
+@dataclass(frozen=True)
+class ModelTurn:
+    """One model turn out: text or tool calls, plus the usage the provider reported."""
+
+    text: str | None = None
+    tool_calls: Sequence[ToolCallRequest] = ()
+    usage: Usage = field(default_factory=Usage)
+    response_id: str | None = None
+    served_model: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "toolCalls": [
+                {"id": c.id, "name": c.name, "arguments": dict(c.arguments)} for c in self.tool_calls
+            ],
+            "usage": usage_dict(self.usage),
+            "responseId": self.response_id,
+            "servedModel": self.served_model,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ModelTurn:
+        calls = [
+            ToolCallRequest(id=str(c["id"]), name=str(c["name"]), arguments=dict(c.get("arguments") or {}))
+            for c in data.get("toolCalls") or []
+        ]
+        return cls(
+            text=data.get("text"),
+            tool_calls=calls,
+            usage=Usage.model_validate(data.get("usage") or {}),
+            response_id=data.get("responseId"),
+            served_model=data.get("servedModel"),
+        )
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """One turn in. ``messages`` use the chat-completions shape (role/content/tool_calls)."""
+
+    model: str
+    role: str
+    messages: Sequence[Mapping[str, Any]]
+    tools: Sequence[Mapping[str, Any]] = ()
+    response_schema: Mapping[str, Any] | None = None
+    agent_type: str = ""
+    label: str | None = None
+    turn: int = 0
+
+
+@runtime_checkable
+class ModelAdapter(Protocol):
+    """A model provider: one turn in, one :class:`ModelTurn` out, or a typed :class:`AdapterError`."""
+
+    @property
+    def adapter_id(self) -> str: ...
+
+    @property
+    def default_model(self) -> str: ...
+
+    async def turn(self, request: ModelRequest) -> ModelTurn: ...
+
+
+class WorkflowError(RulvarOtelError, RuntimeError):
+    """Base of the errors a workflow sees from ``ctx`` calls; each carries a wire error."""
+
+    code = "workflow"
+
+    def __init__(
+        self, message: str, *, code: str | None = None, retryable: bool = False, data: JsonValue = None
+    ):
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+        self.retryable = retryable
+        self.data = data
+
+    def to_wire(self) -> dict[str, Any]:
+        return wire_error(self.code, str(self), retryable=self.retryable, data=self.data)
+
+
+class AdapterError(WorkflowError):
+    """A typed wire error from a model adapter; ``retryable`` decides whether the engine retries."""
+
+    code = "agent"
+
+
+class AgentFailedError(WorkflowError):
+    """An agent settled with status ``error``; ``wire`` is its terminal error."""
+
+    code = "agent"
+
+    @classmethod
+    def from_wire(cls, wire: Mapping[str, Any]) -> AgentFailedError:
+        return cls(
+            str(wire.get("message", "agent failed")),
+            code=str(wire.get("code", "agent")),
+            retryable=bool(wire.get("retryable", False)),
+            data=wire.get("data"),
+        )
+
+
+class BudgetExhaustedError(WorkflowError):
+    """The run's USD ceiling refused an admission or a call: the run settles ``exhausted``."""
+
+    code = "budget_exhausted"
+
+
+class ExposureDrainedError(BudgetExhaustedError):
+    """The in-flight exposure cap refused a call with nothing in flight to wait for."""
+
+    code = "exposure_drained"
+
+
+class QuotaExhaustedError(WorkflowError):
+    """The quota limiter denied a call more times than ``max_denials`` allows."""
+
+    code = "quota_exhausted"
+
+
+class SchemaValidationError(WorkflowError):
+    """Structured output stayed invalid after every extract attempt."""
+
+    code = "schema_invalid"
+
+
+class ReplayMissError(WorkflowError):
+    """A dry-run reached an operation the journal does not hold (it makes no live call)."""
+
+    code = "replay_miss"
