@@ -36,11 +36,13 @@ from rulvar_otel.otel._provider import (
     resolve_otlp_target,
     resolve_service_name,
 )
+from rulvar_otel.otel.ids import RulvarIdGenerator
 
 __all__ = [
     "EXIT_EXPORT_FAILED",
     "EXIT_OK",
     "EXIT_USAGE",
+    "DeterministicIdsOption",
     "EndpointOption",
     "ExportOptions",
     "ExportResult",
@@ -141,6 +143,14 @@ ExportTimeoutOption = Annotated[
         "in milliseconds, else 10 s).",
     ),
 ]
+DeterministicIdsOption = Annotated[
+    bool,
+    typer.Option(
+        "--deterministic-ids",
+        help="Derive trace and span ids from the run id and span keys, so exporting the same run again "
+        "gives the same ids and the backend deduplicates.",
+    ),
+]
 MetricsEndpointOption = Annotated[
     str | None,
     typer.Option("--metrics-endpoint", metavar="URL", help="Also export run metrics over OTLP to URL."),
@@ -171,6 +181,7 @@ class ExportOptions:
     metrics_endpoint: str | None = None
     prometheus_port: int | None = None
     ceiling_usd: float | None = None
+    deterministic_ids: bool = False
 
     @classmethod
     def from_cli(
@@ -188,6 +199,7 @@ class ExportOptions:
         metrics_endpoint: str | None = None,
         prometheus_port: int | None = None,
         ceiling_usd: float | None = None,
+        deterministic_ids: bool = False,
     ) -> ExportOptions:
         """Build from raw option values; raises :class:`ConfigError` naming a bad one."""
         headers: dict[str, str] = {}
@@ -217,6 +229,7 @@ class ExportOptions:
             metrics_endpoint=metrics_endpoint,
             prometheus_port=prometheus_port,
             ceiling_usd=ceiling_usd,
+            deterministic_ids=deterministic_ids,
         )
 
     def trace_options(self, *, collect_spans: bool = False) -> TraceOptions:
@@ -228,6 +241,7 @@ class ExportOptions:
             service_name=self.service_name,
             timeout_s=self.export_timeout_s,
             collect_spans=collect_spans,
+            id_generator=RulvarIdGenerator() if self.deterministic_ids else None,
         )
 
 

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import Tracer
 from opentelemetry.util.re import parse_env_headers
@@ -77,6 +78,8 @@ class TraceOptions:
     service_name: str | None = None
     timeout_s: float | None = None
     collect_spans: bool = False
+    # RulvarIdGenerator for --deterministic-ids; None keeps the SDK's random ids.
+    id_generator: IdGenerator | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -473,7 +476,9 @@ def build_trace_delivery(
         exporters.append(_TrackedExporter(OtlpJsonFileExporter(file_path), f"file {file_path}"))
 
     resource = Resource.create({SERVICE_NAME: resolve_service_name(opts, env)})
-    provider = TracerProvider(resource=resource, sampler=ALWAYS_ON, span_limits=_span_limits(env))
+    provider = TracerProvider(
+        resource=resource, sampler=ALWAYS_ON, span_limits=_span_limits(env), id_generator=opts.id_generator
+    )
     recorder = _Recorder(keep=opts.collect_spans)
     # The recorder is registered first so a span is counted before any destination can see it.
     provider.add_span_processor(recorder)
