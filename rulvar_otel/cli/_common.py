@@ -24,7 +24,12 @@ from opentelemetry.metrics import Meter
 
 from rulvar_otel.core.events import EventModel, event_to_wire
 from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome
-from rulvar_otel.core.masking import SecretMasker, compile_secret_masker, sanitize_terminal_text
+from rulvar_otel.core.masking import (
+    SecretMasker,
+    compile_secret_masker,
+    default_masker,
+    sanitize_terminal_text,
+)
 from rulvar_otel.errors import ConfigError, EventError, ExportError, RulvarOtelError, SourceError
 from rulvar_otel.otel._provider import (
     DEFAULT_EXPORT_TIMEOUT_S,
@@ -260,8 +265,10 @@ class ExportResult:
 
 def terminal_safe(text: str, masker: SecretMasker | None = None) -> str:
     """Mask secrets, then strip terminal controls: the discipline for every printed dynamic string."""
-    masked = masker.mask(text) if masker is not None else compile_secret_masker().mask(text)
-    return sanitize_terminal_text(masked)
+    mask = (masker or default_masker()).mask
+    # Masked again after sanitizing: a control sequence glued to a key ("\x1b[2Jsk-...") hides
+    # the key's word boundary from the first pass, and sanitizing restores it.
+    return mask(sanitize_terminal_text(mask(text)))
 
 
 class _ProgressSink(Protocol):
@@ -388,7 +395,7 @@ async def export_run_async(
         return _fail(err, messages, EXIT_USAGE, str(exc), None)
 
     def say(text: str) -> None:
-        safe = sanitize_terminal_text(masker.mask(text))
+        safe = terminal_safe(text, masker)
         messages.append(safe)
         print(f"rulvar-otel: {safe}", file=err, flush=True)
 

@@ -88,7 +88,9 @@ def _label(span: ReadableSpan, clean: SecretMasker) -> Text:
 
 
 def _safe(value: str, masker: SecretMasker) -> str:
-    return sanitize_terminal_text(masker.mask(value))
+    # Masked again after sanitizing: a control sequence glued to a key ("\x1b[2Jsk-...") hides
+    # the key's word boundary from the first pass, and sanitizing restores it.
+    return masker.mask(sanitize_terminal_text(masker.mask(value)))
 
 
 def render_span_tree(
