@@ -1,0 +1,105 @@
+"""Alert rules: promtool checks and unit tests, and every series an alert reads is in the registry."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.test_metrics_streams import assert_reads_only_the_registry
+
+PROMETHEUS_DIR = Path(__file__).resolve().parents[1] / "collector_config" / "prometheus"
+ALERTS = PROMETHEUS_DIR / "alerts.yml"
+ALERTS_TEST = PROMETHEUS_DIR / "alerts_test.yml"
+
+
+def require_tool(*names: str) -> str:
+    """The first of ``names`` on PATH; a clear failure (never a skip) when none is."""
+    for name in names:
+        found = shutil.which(name)
+        if found:
+            return found
+    pytest.fail(
+        f"{' / '.join(names)} is not on PATH: run scripts/install_test_services.sh first "
+        "(it installs Debian's prometheus and prometheus-alertmanager)"
+    )
+
+
+def _promtool(*args: str, cwd: Path = PROMETHEUS_DIR) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [require_tool("promtool"), *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def _rules() -> list[dict[str, Any]]:
+    data = yaml.safe_load(ALERTS.read_text(encoding="utf-8"))
+    return [rule for group in data["groups"] for rule in group["rules"]]
+
+
+def _tests() -> list[dict[str, Any]]:
+    return yaml.safe_load(ALERTS_TEST.read_text(encoding="utf-8"))["tests"]  # type: ignore[no-any-return]
+
+
+def test_promtool_check_rules() -> None:
+    result = _promtool("check", "rules", ALERTS.name)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(_rules())} rules found" in result.stdout
+
+
+def test_promtool_test_rules() -> None:
+    result = _promtool("test", "rules", ALERTS_TEST.name)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_promtool_test_rules_fails_a_broken_rule(tmp_path: Path) -> None:
+    # The unit tests have teeth: alerting on the exposure-wait event type alone (any willWait) is
+    # exactly the mistake the negative case exists for.
+    broken = ALERTS.read_text(encoding="utf-8").replace('rulvar_will_wait="false"', 'rulvar_will_wait=~".+"')
+    (tmp_path / ALERTS.name).write_text(broken, encoding="utf-8")
+    shutil.copy(ALERTS_TEST, tmp_path / ALERTS_TEST.name)
+    result = _promtool("test", "rules", ALERTS_TEST.name, cwd=tmp_path)
+    assert result.returncode != 0
+    assert "willWait true fires nothing" in result.stdout + result.stderr
+
+
+def test_every_alert_reads_only_registry_series() -> None:
+    read = set()
+    for rule in _rules():
+        read |= assert_reads_only_the_registry(rule["expr"])
+    assert {
+        "rulvar_runs_settled_total",
+        "rulvar_budget_exposure_waits_total",
+        "rulvar_agent_errors_total",
+    } <= read
+
+
+def test_every_unit_test_series_is_a_registry_series() -> None:
+    for case in _tests():
+        for item in case["input_series"]:
+            assert_reads_only_the_registry(item["series"])
+
+
+def test_every_rule_has_a_firing_and_a_silent_case() -> None:
+    fired: set[str] = set()
+    silent: set[str] = set()
+    for case in _tests():
+        for check in case["alert_rule_test"]:
+            (fired if check.get("exp_alerts") else silent).add(check["alertname"])
+    names = {rule["alert"] for rule in _rules()}
+    assert names == fired, names ^ fired
+    assert names == silent, names ^ silent
+
+
+def test_throttling_is_the_only_non_failure_alert() -> None:
+    failure = {rule["alert"]: rule["labels"]["failure"] for rule in _rules()}
+    assert failure.pop("RulvarQuotaThrottlingSaturated") == "false"
+    assert set(failure.values()) == {"true"}
+    by_name = {rule["alert"]: rule for rule in _rules()}
+    assert "NOT a failure" in by_name["RulvarQuotaThrottlingSaturated"]["annotations"]["description"]
+    assert by_name["RulvarUnsettledTerminal"]["labels"]["severity"] == "critical"
+    assert 'rulvar_will_wait="false"' in by_name["RulvarExposureDrained"]["expr"]
