@@ -56,6 +56,7 @@ class RulvarTestServer:
     host: str = "127.0.0.1"
     port: int = 0
     _server: asyncio.base_events.Server | None = None
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set[asyncio.Task[None]])
 
     @property
     def url(self) -> str:
@@ -66,12 +67,20 @@ class RulvarTestServer:
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
+        # Handlers may be parked on a suspension that never resumes: end them with the server.
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
         try:
             request = await reader.readuntil(b"\r\n\r\n")
             lines = request.decode("latin-1").split("\r\n")
@@ -95,6 +104,7 @@ class RulvarTestServer:
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
+            self._tasks.discard(task)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
@@ -210,6 +220,7 @@ def serve_in_thread(runs: dict[str, ServedRun], **kw: Any) -> Iterator[RulvarTes
         asyncio.run_coroutine_threadsafe(server.stop(), loop).result(5)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
+        loop.close()
 
 
 def served(name: str, **kw: Any) -> tuple[str, ServedRun]:
