@@ -1,10 +1,246 @@
-"""Placeholder: this command's module registers nothing yet."""
+"""``rulvar-otel demo`` and ``rulvar-otel replay``: the bundled engine, exported live.
+
+``demo`` runs the bundled multi-agent sample on the scripted adapter and exports it while it runs;
+``replay`` dry-run resumes a journaled run (zero model calls) and exports the re-emitted history.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import importlib
+import sys
+from pathlib import Path
+from typing import Annotated, Any, TextIO
+
+import orjson
 import typer
+
+from rulvar_otel.cli._common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    EndpointOption,
+    ExportOptions,
+    ExportTimeoutOption,
+    HeaderOption,
+    MetricsEndpointOption,
+    OutOption,
+    PatternOption,
+    ProgressOption,
+    PrometheusPortOption,
+    ProtocolOption,
+    ServiceNameOption,
+    TreeOption,
+    export_run_async,
+    terminal_safe,
+)
+from rulvar_otel.core.engine import (
+    EngineRunHandle,
+    JsonlJournalStore,
+    ScriptedAdapter,
+    Workflow,
+    create_engine,
+)
+from rulvar_otel.core.engine.demo import DEMO_PRICING, DEMO_WORKFLOWS, build_demo
+from rulvar_otel.core.events import event_to_wire
+from rulvar_otel.errors import ConfigError, RulvarOtelError
+
+__all__ = ["demo_command", "register", "replay_command"]
+
+JournalOption = Annotated[
+    Path | None,
+    typer.Option("--journal", metavar="DIR", help="Journal directory (one RUN_ID.jsonl per run)."),
+]
+EventsOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--events", metavar="FILE", help="Also write the raw (masked) event stream as JSONL to FILE."
+    ),
+]
+
+
+def _err(text: str) -> None:
+    print(f"rulvar-otel: {terminal_safe(text)}", file=sys.stderr, flush=True)
+
+
+async def _write_events(handle: EngineRunHandle, path: Path) -> None:
+    fh: TextIO
+    with path.open("w", encoding="utf-8") as fh:
+        async for event in handle.events:
+            fh.write(orjson.dumps(event_to_wire(event)).decode() + "\n")
+
+
+async def _export(handle: EngineRunHandle, options: ExportOptions, events: Path | None) -> int:
+    writer = asyncio.create_task(_write_events(handle, events)) if events is not None else None
+    try:
+        result = await export_run_async(handle, options)
+    finally:
+        if writer is not None:
+            try:
+                await writer
+            except OSError as exc:
+                _err(f"error: cannot write --events {events}: {exc.strerror or exc}")
+                return EXIT_USAGE
+    return result.exit_code
+
+
+def _options(**raw: Any) -> ExportOptions:
+    try:
+        return ExportOptions.from_cli(**raw)
+    except ConfigError as exc:
+        _err(f"error: {exc}")
+        raise typer.Exit(EXIT_USAGE) from None
+
+
+def demo_command(
+    journal: JournalOption = None,
+    events: EventsOption = None,
+    run_id: Annotated[
+        str | None, typer.Option("--run-id", metavar="ID", help="Run id (default: a new ULID).")
+    ] = None,
+    budget_usd: Annotated[
+        float | None, typer.Option("--budget-usd", metavar="USD", help="Hard spend ceiling of the run.")
+    ] = None,
+    pattern: PatternOption = None,
+    endpoint: EndpointOption = None,
+    protocol: ProtocolOption = None,
+    header: HeaderOption = None,
+    out: OutOption = None,
+    service_name: ServiceNameOption = None,
+    progress: ProgressOption = "auto",
+    tree: TreeOption = None,
+    export_timeout: ExportTimeoutOption = None,
+    metrics_endpoint: MetricsEndpointOption = None,
+    prometheus_port: PrometheusPortOption = None,
+) -> None:
+    """Run the bundled multi-agent sample workflow and export its trace live.
+
+    No model, network or API key is needed: the sample runs on the scripted adapter. Exit codes:
+    0 exported, 1 export failed, 2 usage error.
+    """
+    options = _options(
+        endpoint=endpoint,
+        protocol=protocol,
+        header=header,
+        out=out,
+        service_name=service_name,
+        pattern=pattern,
+        progress=progress,
+        tree=tree,
+        export_timeout=export_timeout,
+        metrics_endpoint=metrics_endpoint,
+        prometheus_port=prometheus_port,
+        ceiling_usd=budget_usd,
+    )
+
+    async def main() -> int:
+        store = JsonlJournalStore(journal) if journal is not None else None
+        setup = build_demo(journal=store)
+        try:
+            handle = setup.engine.run(setup.workflow, setup.args, run_id=run_id, budget_usd=budget_usd)
+        except RulvarOtelError as exc:
+            _err(f"error: {exc}")
+            return EXIT_USAGE
+        code = await _export(handle, options, events)
+        if journal is not None and code == EXIT_OK:
+            _err(
+                f"run {handle.run_id} journaled in {journal}; replay it with: "
+                f"rulvar-otel replay {handle.run_id} --journal {journal}"
+            )
+        return code
+
+    raise typer.Exit(asyncio.run(main()))
+
+
+def _load_workflow(spec: str) -> Workflow:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"--workflow must be 'module:attribute', got {spec!r}")
+    try:
+        value = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"--workflow {spec}: cannot load it ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(value, Workflow):
+        raise ConfigError(f"--workflow {spec} is not a @workflow-decorated function")
+    return value
+
+
+def replay_command(
+    run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="The journaled run to replay.")],
+    journal: Annotated[Path, typer.Option("--journal", metavar="DIR", help="Journal directory.")],
+    workflow_spec: Annotated[
+        str | None,
+        typer.Option(
+            "--workflow",
+            metavar="MODULE:ATTR",
+            help="The run's workflow (default: the bundled sample's workflows, found by name).",
+        ),
+    ] = None,
+    events: EventsOption = None,
+    pattern: PatternOption = None,
+    endpoint: EndpointOption = None,
+    protocol: ProtocolOption = None,
+    header: HeaderOption = None,
+    out: OutOption = None,
+    service_name: ServiceNameOption = None,
+    progress: ProgressOption = "auto",
+    tree: TreeOption = None,
+    export_timeout: ExportTimeoutOption = None,
+    metrics_endpoint: MetricsEndpointOption = None,
+    prometheus_port: PrometheusPortOption = None,
+) -> None:
+    """Dry-run resume a journaled run (zero model calls) and export the re-emitted history.
+
+    Exit codes: 0 exported, 1 export failed, 2 usage error (unknown run, unknown workflow).
+    """
+    options = _options(
+        endpoint=endpoint,
+        protocol=protocol,
+        header=header,
+        out=out,
+        service_name=service_name,
+        pattern=pattern,
+        progress=progress,
+        tree=tree,
+        export_timeout=export_timeout,
+        metrics_endpoint=metrics_endpoint,
+        prometheus_port=prometheus_port,
+    )
+
+    async def main() -> int:
+        store = JsonlJournalStore(journal)
+        try:
+            entries = store.load(run_id)
+            genesis = next((e for e in entries if e.kind == "run_start"), None)
+            name = str(genesis.data.get("workflow")) if genesis is not None else ""
+            if workflow_spec is not None:
+                wf = _load_workflow(workflow_spec)
+            elif name in DEMO_WORKFLOWS:
+                wf = DEMO_WORKFLOWS[name]
+            else:
+                raise ConfigError(
+                    f"run {run_id!r} ran workflow {name!r}: pass --workflow MODULE:ATTR to replay it"
+                )
+            # A dry-run never calls a model: inert adapters stand in for every adapter the journal names.
+            adapter_ids = {
+                str(e.data["model"]).partition(":")[0]
+                for e in entries
+                if e.kind in ("turn", "agent") and ":" in str(e.data.get("model", ""))
+            } or {"demo"}
+            engine = create_engine(
+                [ScriptedAdapter(a, fallback=None) for a in sorted(adapter_ids)],
+                journal=store,
+                pricing=DEMO_PRICING,
+            )
+            handle = engine.resume(run_id, wf, dry_run=True)
+        except RulvarOtelError as exc:
+            _err(f"error: {exc}")
+            return EXIT_USAGE
+        return await _export(handle, options, events)
+
+    raise typer.Exit(asyncio.run(main()))
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's command to ``app``."""
-    del app
+    """Add ``demo`` and ``replay`` to ``app``."""
+    app.command("demo")(demo_command)
+    app.command("replay")(replay_command)
