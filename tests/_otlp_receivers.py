@@ -181,7 +181,7 @@ class GrpcTraceReceiver(TraceReceiver):
                 ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
             ],
         )
-        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Servicer(self), server)
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Servicer(self), server)  # type: ignore[no-untyped-call]
         self.port = server.add_insecure_port("127.0.0.1:0")
         server.start()
         self._server = server

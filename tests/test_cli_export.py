@@ -389,3 +389,16 @@ def test_render_span_tree_limits_rows() -> None:
     text = console.file.getvalue()  # type: ignore[attr-defined]
     assert "child 9" in text and "child 10 " not in text
     assert "… 50 more spans" in text
+
+
+def test_deterministic_ids_give_the_same_trace_twice(tmp_path: Path) -> None:
+    ids = []
+    for index in range(2):
+        out = tmp_path / f"d{index}.jsonl"
+        code, _, err = run_cli(
+            "export", str(STREAMS / "tools.jsonl"), "--deterministic-ids", "--no-tree", "--out", str(out)
+        )
+        assert code == EXIT_OK, err
+        ids.append(sorted((s.trace_id, s.span_id, s.parent_span_id) for s in spans_in(out)))
+    assert ids[0] == ids[1]
+    assert len(ids[0]) == 17

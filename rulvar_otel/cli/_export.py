@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from rulvar_otel.cli._common import (
     EXIT_USAGE,
+    DeterministicIdsOption,
     EndpointOption,
     ExportOptions,
     ExportTimeoutOption,
@@ -84,6 +85,7 @@ def export_command(
     export_timeout: ExportTimeoutOption = None,
     metrics_endpoint: MetricsEndpointOption = None,
     prometheus_port: PrometheusPortOption = None,
+    deterministic_ids: DeterministicIdsOption = False,
 ) -> None:
     """Export a recorded Rulvar event stream as one OpenTelemetry trace.
 
@@ -102,6 +104,7 @@ def export_command(
             export_timeout=export_timeout,
             metrics_endpoint=metrics_endpoint,
             prometheus_port=prometheus_port,
+            deterministic_ids=deterministic_ids,
         )
         settled = load_outcome(outcome) if outcome is not None else None
     except ConfigError as exc:
