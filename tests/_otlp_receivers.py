@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import Any
 
 import grpc
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -33,6 +34,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 __all__ = [
+    "GrpcMetricsReceiver",
     "GrpcTraceReceiver",
     "HttpTraceReceiver",
     "ReceivedSpan",
@@ -257,3 +259,55 @@ class HttpTraceReceiver(TraceReceiver):
         if self._thread is not None:
             self._thread.join(5)
             self._thread = None
+
+
+class _MetricsServicer(metrics_service_pb2_grpc.MetricsServiceServicer):  # type: ignore[misc]
+    def __init__(self, receiver: GrpcMetricsReceiver) -> None:
+        self._receiver = receiver
+
+    def Export(
+        self, request: metrics_service_pb2.ExportMetricsServiceRequest, context: grpc.ServicerContext
+    ) -> metrics_service_pb2.ExportMetricsServiceResponse:
+        with self._receiver._lock:
+            self._receiver.requests.append(request)
+        return metrics_service_pb2.ExportMetricsServiceResponse()
+
+
+class GrpcMetricsReceiver:
+    """An OTLP/gRPC metrics receiver (``MetricsService/Export``) on 127.0.0.1."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests: list[metrics_service_pb2.ExportMetricsServiceRequest] = []
+        self.port = 0
+        self._server: grpc.Server | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def metric_names(self) -> set[str]:
+        with self._lock:
+            requests = list(self.requests)
+        return {
+            metric.name
+            for request in requests
+            for resource_metrics in request.resource_metrics
+            for scope_metrics in resource_metrics.scope_metrics
+            for metric in scope_metrics.metrics
+        }
+
+    def __enter__(self) -> GrpcMetricsReceiver:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(_MetricsServicer(self), server)  # type: ignore[no-untyped-call]
+        self.port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        self._server = server
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._server is not None:
+            self._server.stop(grace=None).wait(5)
+            self._server = None

@@ -33,6 +33,7 @@ from rulvar_otel.otel._provider import (
 from rulvar_otel.otel.exporter import export_events
 from tests._fixtures import REFERENCE, STREAMS, events, outcome
 from tests._otlp_receivers import (
+    GrpcMetricsReceiver,
     GrpcTraceReceiver,
     HttpTraceReceiver,
     ReceivedSpan,
@@ -255,6 +256,30 @@ def test_dead_endpoint_fails_with_exit_1_and_a_clear_message(protocol: str) -> N
     assert "8021 of 8021 spans were not delivered" in err
     # One export timeout (not one per batch: 16 batches would take 16 timeouts) plus the mapping.
     assert elapsed < 30
+
+
+def test_metrics_endpoint_receives_the_run_metrics_beside_the_trace() -> None:
+    from rulvar_otel.otel.metrics.registry import REGISTRY
+
+    with GrpcTraceReceiver() as traces, GrpcMetricsReceiver() as metrics:
+        code, _, err = run_cli(
+            "export",
+            str(STREAMS / "tools.jsonl"),
+            "--endpoint",
+            traces.endpoint,
+            "--protocol",
+            "grpc",
+            "--metrics-endpoint",
+            metrics.endpoint,
+            "--progress",
+            "off",
+        )
+        assert code == 0, err
+        check_one_whole_trace(traces.spans(), reference_span_count("tools"))
+        names = metrics.metric_names()
+    assert names, "no metric arrived"
+    assert names <= {d.name for d in REGISTRY}
+    assert {"rulvar.tool.calls", "rulvar.runs.settled"} <= names
 
 
 # --- provider rules (no network) -------------------------------------------------------------
