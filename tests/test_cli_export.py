@@ -402,3 +402,28 @@ def test_deterministic_ids_give_the_same_trace_twice(tmp_path: Path) -> None:
         ids.append(sorted((s.trace_id, s.span_id, s.parent_span_id) for s in spans_in(out)))
     assert ids[0] == ids[1]
     assert len(ids[0]) == 17
+
+
+def test_the_input_stream_is_never_the_output_file(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    original = (STREAMS / "minimal.jsonl").read_bytes()
+    path.write_bytes(original)
+    code, _, err = run_cli("export", str(path), "--out", str(path))
+    assert code == EXIT_USAGE and "is the input stream" in err
+    default = tmp_path / DEFAULT_FILE
+    default.write_bytes(original)
+    code, _, err = run_cli("export", DEFAULT_FILE)
+    assert code == EXIT_USAGE and "is the input stream" in err
+    assert path.read_bytes() == original and default.read_bytes() == original
+
+
+def test_progress_lines_go_to_stderr_and_auto_stays_quiet_off_a_terminal() -> None:
+    code, out, err = run_cli("export", str(STREAMS / "tools.jsonl"), "--progress", "lines", "--no-tree")
+    assert code == EXIT_OK, err
+    assert out == ""
+    assert "tool fetch error" in err
+    # CliRunner's stderr is not a terminal: auto shows no progress, only the summary.
+    code, _, err = run_cli("export", str(STREAMS / "tools.jsonl"), "--no-tree")
+    assert code == EXIT_OK
+    assert "tool fetch error" not in err
+    assert err.startswith("rulvar-otel: exported 17 spans")

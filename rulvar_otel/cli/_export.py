@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Final
@@ -30,7 +31,9 @@ from rulvar_otel.cli._common import (
 )
 from rulvar_otel.core.handle import RunOutcome, handle_from_events, outcome_from_json
 from rulvar_otel.errors import ConfigError, RunRejectedError, SourceError, StreamLineError
-from rulvar_otel.sources.jsonl import JsonlEventSource, handle_from_jsonl
+from rulvar_otel.otel._otlp_json import DEFAULT_OTLP_JSON_PATH
+from rulvar_otel.otel._provider import resolve_otlp_target
+from rulvar_otel.sources.jsonl import STDIN, JsonlEventSource, handle_from_jsonl
 
 __all__ = ["export_command", "load_outcome", "register"]
 
@@ -53,6 +56,22 @@ def load_outcome(path: Path) -> RunOutcome | RunRejectedError:
     except ValidationError as exc:
         fields = ", ".join(".".join(str(p) for p in e["loc"]) or "<root>" for e in exc.errors())
         raise ConfigError(f"--outcome {path}: not a RunOutcome (check {fields})") from exc
+
+
+def _refuse_overwriting_the_input(stream: str, options: ExportOptions) -> None:
+    # The output file is truncated when the export starts, before the stream is read.
+    if stream == STDIN:
+        return
+    candidate = options.out
+    if candidate is None and resolve_otlp_target(options.trace_options()) is None:
+        candidate = Path(DEFAULT_OTLP_JSON_PATH)
+    if candidate is not None:
+        try:
+            same = candidate.exists() and os.path.samefile(candidate, stream)
+        except OSError:
+            same = False
+        if same:
+            raise ConfigError(f"the output file {candidate} is the input stream; choose another --out")
 
 
 def _err(text: str) -> None:
@@ -107,6 +126,7 @@ def export_command(
             deterministic_ids=deterministic_ids,
         )
         settled = load_outcome(outcome) if outcome is not None else None
+        _refuse_overwriting_the_input(stream, options)
     except ConfigError as exc:
         _err(f"error: {exc}")
         raise typer.Exit(EXIT_USAGE) from None
