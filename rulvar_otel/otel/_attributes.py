@@ -40,6 +40,8 @@ UNKNOWN: Final = "(unknown)"
 _EVENT_SKIP: Final = frozenset(
     {"runId", "seq", "ts", "spanId", "parentSpanId", "replayed", "type"}
     | {"msg", "message", "data", "prompt", "delta", "label", "frame"}
+    # Permission-audit payloads are free-form JSON that can quote tool arguments: treated as content.
+    | {"risk", "rule", "advisory"}
 )
 # determinism:warning exports these under their own names.
 _DETERMINISM_OWN: Final = frozenset({"category", "provenance", "file", "line"})

@@ -16,7 +16,7 @@ from typing import Any, Final, Protocol
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, Status, StatusCode, Tracer
+from opentelemetry.trace import NonRecordingSpan, Span, Status, StatusCode, Tracer
 
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import SecretMasker
@@ -100,6 +100,8 @@ class SpanMapper:
         self._leftovers: list[_Rec] = []
         self._segment_open: dict[int, set[_Rec]] = {}
         self._first_run: _Rec | None = None
+        # The first span of the export: a stream that starts mid-run still lands in one trace.
+        self._anchor: _Rec | None = None
         self._current_run: _Rec | None = None
         self._segment = -1
         self._last_ns: int | None = None
@@ -235,6 +237,8 @@ class SpanMapper:
         finally:
             SPAN_IDENTITY.reset(token)
         rec = _Rec(span, kind, ns, parent, self._segment)
+        if self._anchor is None:
+            self._anchor = rec
         self.span_count += 1
         self._open.append(rec)
         if kind != _PHASE and kind != _RUN:
@@ -325,7 +329,9 @@ class SpanMapper:
         scope = self._innermost_scope()
         if scope is not None:
             return scope
-        return self._current_run if self._current_run is not None else self._first_run
+        if self._current_run is not None:
+            return self._current_run
+        return self._first_run if self._first_run is not None else self._anchor
 
     def _host_for(self, event: Mapping[str, Any]) -> _Rec | None:
         span_id = event.get("spanId")
@@ -384,7 +390,8 @@ class SpanMapper:
             self._end_segment()
         self._segment += 1
         name = "run " + ax.text(event.get("workflow"), self._mask)
-        rec = self._start(_RUN, self._mask(name), event, ns, self._first_run, "run:" + (key or ""), {})
+        parent = self._first_run if self._first_run is not None else self._anchor
+        rec = self._start(_RUN, self._mask(name), event, ns, parent, "run:" + (key or ""), {})
         if key is not None:
             self._by_span_id[key] = rec
         if self._first_run is None:

@@ -1,0 +1,589 @@
+"""Each rule of spec/otel-mapping.md, on hand-built streams (including shapes no fixture has)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import Span
+from opentelemetry.trace import StatusCode
+
+from rulvar_otel.core.handle import RunOutcome
+from rulvar_otel.core.masking import MASKED_SECRET
+from rulvar_otel.errors import RunRejectedError
+from rulvar_otel.otel import semconv as sc
+from tests._otel_harness import Export, ev, export, t
+
+OK = RunOutcome(status="ok")
+USAGE = {
+    "inputTokens": 10,
+    "outputTokens": 5,
+    "cacheReadTokens": 2,
+    "cacheWriteTokens": 1,
+    "reasoningTokens": 3,
+}
+
+
+def agent(seq: int, span: str, parent: str | None, agent_type: str = "w", **kw: Any) -> dict[str, Any]:
+    return ev("agent:start", seq, span, parent, agentType=agent_type, model="openai:gpt-x", role="loop", **kw)
+
+
+def agent_end(seq: int, span: str, status: str = "ok", **kw: Any) -> dict[str, Any]:
+    return ev(
+        "agent:end", seq, span, agentType="w", status=status, usage=USAGE, costUsd=0.5, entryRef=1, **kw
+    )
+
+
+def run(*body: dict[str, Any], status: str = "ok", end: bool = True) -> list[dict[str, Any]]:
+    events = [ev("run:start", 0, "s0", workflow="wf", resumed=False), *body]
+    if end:
+        events.append(ev("run:end", 999, "s0", ts_ms=999, status=status, totalUsd=0))
+    return events
+
+
+def parent_of(result: Export, span: Span) -> Span | None:
+    return result.by_id.get(span.parent.span_id) if span.parent is not None else None
+
+
+def only(result: Export, name: str) -> Span:
+    found = result.named(name)
+    assert len(found) == 1, [s.name for s in result.spans]
+    return found[0]
+
+
+# --- tool pairing ------------------------------------------------------------------------------
+
+
+def test_tool_ids_pair_exactly_whatever_order_they_end_in() -> None:
+    result = export(
+        run(
+            agent(1, "a", "s0"),
+            ev("tool:start", 2, "a", toolName="search", toolCallId="c1"),
+            ev("tool:start", 3, "a", toolName="search", toolCallId="c2"),
+            ev("tool:end", 4, "a", toolName="search", toolCallId="c2", outcome="ok", durationMs=1),
+            ev(
+                "tool:end",
+                9,
+                "a",
+                toolName="search",
+                toolCallId="c1",
+                outcome="error",
+                durationMs=7,
+                errorCode="E_IO",
+            ),
+            agent_end(10, "a"),
+        ),
+        OK,
+    )
+    tools = {s.attributes[sc.TOOL_CALL_ID]: s for s in result.named("tool search")}  # type: ignore[index]
+    assert tools["c1"].end_time == t(9) and tools["c1"].status.status_code is StatusCode.ERROR
+    assert tools["c1"].attributes[sc.ERROR_TYPE] == "E_IO"  # type: ignore[index]
+    assert tools["c2"].end_time == t(4) and tools["c2"].status.status_code is StatusCode.OK
+    assert sc.ERROR_TYPE not in (tools["c2"].attributes or {})
+    for span in tools.values():
+        assert parent_of(result, span) is only(result, "agent w loop")
+        assert span.attributes[sc.GEN_AI_OPERATION_NAME] == "execute_tool"  # type: ignore[index]
+        assert span.attributes[sc.GEN_AI_TOOL_NAME] == "search"  # type: ignore[index]
+
+
+def test_tools_without_ids_pair_fifo_per_agent_and_name() -> None:
+    result = export(
+        run(
+            agent(1, "a", "s0"),
+            ev("tool:start", 2, "a", toolName="x"),
+            ev("tool:start", 3, "a", toolName="y"),
+            ev("tool:start", 4, "a", toolName="x"),
+            ev("tool:end", 5, "a", toolName="x", outcome="ok", durationMs=3),
+            ev("tool:end", 6, "a", toolName="y", outcome="denied", durationMs=0, guard="per-tool-cap"),
+            ev("tool:end", 7, "a", toolName="x", toolCallId="late-id", outcome="ok", durationMs=3),
+            agent_end(8, "a"),
+        ),
+        OK,
+    )
+    xs = sorted(result.named("tool x"), key=lambda s: s.start_time or 0)
+    assert [x.end_time for x in xs] == [t(5), t(7)]  # the id-bearing end fell back to the FIFO
+    y = only(result, "tool y")
+    assert y.attributes[sc.TOOL_GUARD] == "per-tool-cap"  # type: ignore[index]
+    assert y.attributes[sc.STATUS] == "denied"  # type: ignore[index]
+
+
+def test_orphan_tool_end_is_an_event_on_its_agent_and_never_closes_it() -> None:
+    result = export(
+        run(
+            agent(1, "a", "s0"),
+            ev("tool:end", 2, "a", toolName="ghost", outcome="ok", durationMs=1),
+            agent_end(3, "a"),
+        ),
+        OK,
+    )
+    a = only(result, "agent w loop")
+    assert [e.name for e in a.events] == ["tool:end"]
+    assert a.events[0].timestamp == t(2)
+    assert a.end_time == t(3)
+
+
+def test_replayed_tool_start_on_an_open_call_id_opens_nothing() -> None:
+    result = export(
+        run(
+            agent(1, "a", "s0"),
+            ev("tool:start", 2, "a", toolName="x", toolCallId="c1"),
+            ev("tool:start", 3, "a", toolName="x", toolCallId="c1", replayed=True),
+            ev("tool:end", 4, "a", toolName="x", toolCallId="c1", outcome="ok", durationMs=2),
+            agent_end(5, "a"),
+        ),
+        OK,
+    )
+    tool = only(result, "tool x")
+    assert tool.attributes[sc.REPLAYED] is True  # type: ignore[index]
+    assert tool.end_time == t(4)
+
+
+# --- duplicate and replayed openers --------------------------------------------------------------
+
+
+def test_duplicate_agent_start_never_opens_a_second_span() -> None:
+    result = export(run(agent(1, "a", "s0"), agent(2, "a", "s0"), agent_end(3, "a")), OK)
+    assert len(result.named("agent w loop")) == 1
+    assert sc.REPLAYED not in (only(result, "agent w loop").attributes or {})
+
+
+def test_replayed_opener_of_an_open_span_marks_it() -> None:
+    result = export(run(agent(1, "a", "s0"), agent(2, "a", "s0", replayed=True), agent_end(3, "a")), OK)
+    assert only(result, "agent w loop").attributes[sc.REPLAYED] is True  # type: ignore[index]
+
+
+def test_replayed_opener_of_an_ended_span_becomes_a_replayed_span_event() -> None:
+    result = export(
+        run(
+            ev("phase:start", 1, "p", "s0", phase="work"),
+            agent(2, "a", "p"),
+            agent_end(3, "a"),
+            agent(4, "a", "p", replayed=True),
+        ),
+        OK,
+    )
+    assert len(result.named("agent w loop")) == 1
+    phase = only(result, "phase work")  # the innermost open span at seq 4
+    (event,) = phase.events
+    assert event.name == "agent:start"
+    assert event.attributes[sc.REPLAYED] is True  # type: ignore[index]
+    assert event.timestamp == t(4)
+
+
+# --- parents and scopes --------------------------------------------------------------------------
+
+
+def test_never_opened_parent_groups_under_innermost_open_scope_in_one_trace() -> None:
+    result = export(
+        run(
+            ev("phase:start", 1, "p", "s0", phase="fan"),
+            agent(2, "a", "par-branch-0"),
+            agent_end(3, "a"),
+        ),
+        OK,
+    )
+    a = only(result, "agent w loop")
+    assert parent_of(result, a) is only(result, "phase fan")
+    assert a.attributes[sc.PARENT_INFERRED] is True  # type: ignore[index]
+    assert a.attributes[sc.PARENT_SPAN_ID] == "par-branch-0"  # type: ignore[index]
+    assert len({s.context.trace_id for s in result.spans}) == 1
+
+
+def test_parent_found_among_ended_spans() -> None:
+    result = export(
+        run(
+            ev("child:start", 1, "c", "s0", workflow="kid", scope="wf:kid:0"),
+            ev("child:end", 2, "c", workflow="kid", scope="wf:kid:0", status="ok"),
+            agent(3, "a", "c"),
+            agent_end(4, "a"),
+        ),
+        OK,
+    )
+    a = only(result, "agent w loop")
+    assert parent_of(result, a) is only(result, "workflow kid")
+    assert sc.PARENT_INFERRED not in (a.attributes or {})
+
+
+def test_orphan_after_its_scope_closed_goes_to_the_next_open_scope() -> None:
+    result = export(
+        run(
+            ev("phase:start", 1, "p", "s0", phase="outer"),
+            ev("child:start", 2, "c", "p", workflow="kid", scope="wf:kid:0"),
+            ev("phase:start", 3, "cp", "c", phase="inside-kid"),
+            ev("child:end", 4, "c", workflow="kid", scope="wf:kid:0", status="ok"),
+            agent(5, "a", "never-opened"),
+            agent_end(6, "a"),
+        ),
+        OK,
+    )
+    # The child closed, and with it the phase inside it: the orphan lands in "outer".
+    assert parent_of(result, only(result, "agent w loop")) is only(result, "phase outer")
+
+
+def test_nested_child_workflows_close_inner_first() -> None:
+    result = export(
+        run(
+            ev("child:start", 1, "c1", "s0", workflow="outer", scope="wf:outer:0"),
+            ev("child:start", 2, "c2", "c1", workflow="inner", scope="wf:inner:0"),
+            agent(3, "a", "ghost"),
+            agent_end(4, "a"),
+            ev("child:end", 5, "c2", workflow="inner", scope="wf:inner:0", status="error"),
+            agent(6, "b", "ghost", agent_type="v"),
+            agent_end(7, "b"),
+            ev("child:end", 8, "c1", workflow="outer", scope="wf:outer:0", status="ok"),
+            agent(9, "c", "ghost", agent_type="u"),
+            agent_end(10, "c"),
+        ),
+        OK,
+    )
+    inner, outer = only(result, "workflow inner"), only(result, "workflow outer")
+    assert parent_of(result, inner) is outer
+    assert inner.status.status_code is StatusCode.ERROR and inner.end_time == t(5)
+    assert inner.attributes[sc.SCOPE] == "wf:inner:0"  # type: ignore[index]
+    assert parent_of(result, only(result, "agent w loop")) is inner
+    assert parent_of(result, only(result, "agent v loop")) is outer
+    assert parent_of(result, only(result, "agent u loop")) is result.spans[0]
+
+
+def test_parentless_span_goes_to_innermost_scope_without_parent_span_id() -> None:
+    result = export(
+        run(ev("phase:start", 1, "p", "s0", phase="x"), agent(2, "a", None), agent_end(3, "a")), OK
+    )
+    a = only(result, "agent w loop")
+    assert parent_of(result, a) is only(result, "phase x")
+    assert sc.PARENT_SPAN_ID not in (a.attributes or {})
+
+
+# --- segments, leftovers, phases -----------------------------------------------------------------
+
+
+def test_several_segments_of_one_run_in_one_file() -> None:
+    seg2 = 4_294_967_296
+    events = [
+        ev("run:start", 0, "s0", workflow="wf", resumed=False),
+        ev("phase:start", 1, "p", "s0", phase="one"),
+        agent(2, "a", "p"),  # never ends: a leftover of segment 1
+        ev("run:end", 3, "s0", status="suspended", totalUsd=0),
+        ev("log", 4, "s0", level="info", msg="tail of segment one"),
+        ev("run:start", seg2, "s1", ts_ms=50, workflow="wf", resumed=True),
+        agent(seg2 + 1, "b", "s1", ts_ms=51, agent_type="v"),
+        agent_end(seg2 + 2, "b") | {"ts": ev("x", 0, "x", ts_ms=52)["ts"]},
+        ev("run:end", seg2 + 3, "s1", ts_ms=53, status="ok", totalUsd=0),
+    ]
+    result = export(events, OK)
+    first, second = result.named("run wf")
+    assert parent_of(result, second) is first
+    assert len({s.context.trace_id for s in result.spans}) == 1
+    assert first.status.status_code is StatusCode.ERROR  # suspended
+    leftover = only(result, "agent w loop")
+    assert leftover.end_time == t(4)  # the last event of its segment, not of the file
+    assert leftover.attributes[sc.END_INFERRED] is True  # type: ignore[index]
+    assert leftover.status.status_code is StatusCode.OK  # the run resolved ok
+    assert only(result, "phase one").end_time == t(4)  # its latest descendant
+    assert parent_of(result, only(result, "agent v loop")) is second
+
+
+def test_truncated_stream_ends_leftovers_at_last_event_and_refuses_green_on_rejection() -> None:
+    events = run(
+        ev("phase:start", 1, "p", "s0", phase="x"),
+        agent(2, "a", "p"),
+        ev("log", 7, "a", level="info", msg="m"),
+        end=False,
+    )
+    result = export(events, RunRejectedError("boom"))
+    assert result.returned == 3
+    for span in result.spans:
+        assert span.end_time == t(7)
+        assert span.status.status_code is StatusCode.ERROR
+        assert span.attributes[sc.END_INFERRED] is True  # type: ignore[index]
+
+
+def test_phase_without_descendants_ends_at_its_own_start() -> None:
+    result = export(run(ev("phase:start", 5, "p", "s0", phase="empty")), OK)
+    phase = only(result, "phase empty")
+    assert phase.end_time == phase.start_time == t(5)
+
+
+# --- terminal facts ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reason", "message"),
+    [
+        (None, "settlement failed: nothing durable records this terminal; resume re-settles"),
+        ("superseded", "superseded: a successor owns settlement; this stale terminal is withheld"),
+    ],
+)
+def test_settled_false_is_never_green(reason: str | None, message: str) -> None:
+    end = ev("run:end", 2, "s0", status="ok", totalUsd=0, settled=False)
+    if reason:
+        end["settledReason"] = reason
+    result = export([ev("run:start", 0, "s0", workflow="wf", resumed=False), end], None)
+    run_span = result.spans[0]
+    assert run_span.status.status_code is StatusCode.ERROR
+    assert run_span.status.description == message
+    assert run_span.attributes[sc.RUN_SETTLED] is False  # type: ignore[index]
+    assert run_span.attributes.get(sc.RUN_SETTLED_REASON) == reason  # type: ignore[union-attr]
+
+
+def test_envelope_mirror_and_error_type_on_run_span() -> None:
+    envelope = {"totalUsd": 1.25, "agentsSpawned": 4, "error": {"code": "BUDGET", "message": "secret text"}}
+    result = export(
+        [
+            ev("run:start", 0, "s0", workflow="wf", resumed=False),
+            ev(
+                "run:end",
+                1,
+                "s0",
+                status="exhausted",
+                totalUsd=1.25,
+                completion="partial",
+                envelope=envelope,
+                degradedReasons=["child x limit"],
+                childStatusCounts={"ok": 2, "error": 1},
+            ),
+        ],
+        None,
+    )
+    attrs = result.spans[0].attributes or {}
+    assert attrs[sc.RUN_TOTAL_USD] == 1.25 and attrs[sc.RUN_AGENTS_SPAWNED] == 4
+    assert attrs[sc.ERROR_TYPE] == "BUDGET"
+    assert attrs[sc.RUN_COMPLETION] == "partial"
+    assert attrs[sc.RUN_CHILD_STATUS_COUNTS] == '{"ok":2,"error":1}'
+    assert attrs[sc.RUN_DEGRADED_REASONS] == '["child x limit"]'
+    assert "secret text" not in repr(result.spans[0].to_json())
+    assert result.spans[0].status.description is None
+
+
+def test_export_without_outcome_reads_the_run_end() -> None:
+    ok = export(run(ev("phase:start", 1, "p", "s0", phase="x")), None)
+    assert only(ok, "phase x").status.status_code is StatusCode.OK
+    bad = export(run(ev("phase:start", 1, "p", "s0", phase="x"), status="error"), None)
+    assert only(bad, "phase x").status.status_code is StatusCode.ERROR
+
+
+def test_agent_span_usage_cost_and_genai_attributes() -> None:
+    result = export(
+        run(
+            agent(1, "a", "s0", agent_type="researcher"),
+            ev(
+                "agent:phase:start",
+                2,
+                "a",
+                agentType="researcher",
+                role="loop",
+                model="openai:gpt-x",
+                invocation=1,
+            ),
+            ev(
+                "agent:phase:end",
+                3,
+                "a",
+                agentType="researcher",
+                role="loop",
+                model="openai:gpt-x",
+                invocation=1,
+                durationMs=1,
+                usage=USAGE,
+                costUsd=0.25,
+                outcome="ok",
+                retries=2,
+            ),
+            agent_end(
+                4,
+                "a",
+                status="error",
+                retryCount=2,
+                error={"code": "RATE", "message": "m", "retryable": True},
+            ),
+        ),
+        OK,
+    )
+    a = only(result, "agent researcher loop")
+    attrs = a.attributes or {}
+    assert attrs[sc.GEN_AI_PROVIDER_NAME] == "openai"
+    assert attrs[sc.GEN_AI_AGENT_NAME] == "researcher"
+    assert attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] == 10 and attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 5
+    assert attrs[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == 2
+    assert attrs[sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS] == 1
+    assert attrs[sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] == 3
+    assert attrs[sc.RETRY_COUNT] == 2 and attrs[sc.ERROR_TYPE] == "RATE"
+    inv = only(result, "invocation loop")
+    assert parent_of(result, inv) is a
+    assert (inv.attributes or {})[sc.RETRIES] == 2 and (inv.attributes or {})[sc.INVOCATION] == 1
+
+
+def test_anonymous_and_unknown_names() -> None:
+    result = export(
+        run(
+            ev("agent:start", 1, "a", "s0", agentType="", model="m", role="loop"),
+            ev("agent:start", 2, "b", "s0"),
+            ev("phase:start", 3, "p", "s0"),
+        ),
+        OK,
+    )
+    names = {s.name for s in result.spans}
+    assert {"agent (anon) loop", "agent (unknown) (unknown)", "phase (unknown)"} <= names
+    assert sc.GEN_AI_AGENT_NAME not in (result.named("agent (anon) loop")[0].attributes or {})
+
+
+def test_provider_name_is_derived_from_the_masked_ref() -> None:
+    secret = "sk-" + "a" * 30
+    result = export(run(ev("agent:start", 1, "a", "s0", agentType="x", model=f"{secret}:m", role="loop")), OK)
+    attrs = result.spans[1].attributes or {}
+    assert attrs[sc.GEN_AI_PROVIDER_NAME] == MASKED_SECRET
+    assert secret not in repr(attrs)
+
+
+# --- span events ---------------------------------------------------------------------------------
+
+
+def test_span_events_carry_operational_facts_but_no_content() -> None:
+    result = export(
+        run(
+            agent(1, "a", "s0"),
+            ev(
+                "quota:denied",
+                2,
+                "a",
+                agentType="w",
+                label="my label",
+                model="openai:gpt-x",
+                reason="tokens",
+                retryAfterMs=250,
+                willRetry=True,
+            ),
+            ev(
+                "budget:exposure-wait",
+                3,
+                "a",
+                agentType="w",
+                scope="root",
+                capUsd=1,
+                estimateUsd=0.5,
+                willWait=False,
+            ),
+            ev(
+                "agent:error",
+                4,
+                "a",
+                agentType="w",
+                error={"code": "E1", "message": "provider said X", "retryable": False},
+                willRetry=False,
+            ),
+            ev("log", 5, "a", level="warn", msg="log text", data={"k": "v"}),
+            ev("agent:stream", 6, "a", delta="token text"),
+            ev(
+                "some:future-event",
+                7,
+                "a",
+                foo="bar",
+                nested={"x": 1},
+                nums=[1, 2.5],
+                mixed=[1, "a"],
+                empty=[],
+            ),
+            agent_end(8, "a"),
+        ),
+        OK,
+    )
+    a = only(result, "agent w loop")
+    events = {e.name: dict(e.attributes or {}) for e in a.events}
+    assert list(events) == ["quota:denied", "budget:exposure-wait", "agent:error", "log", "some:future-event"]
+    assert events["quota:denied"] == {
+        sc.ENTRY_SEQ: 2,
+        "rulvar.event.agent_type": "w",
+        "rulvar.event.model": "openai:gpt-x",
+        "rulvar.event.reason": "tokens",
+        "rulvar.event.retry_after_ms": 250,
+        "rulvar.event.will_retry": True,
+    }
+    assert events["budget:exposure-wait"]["rulvar.event.will_wait"] is False
+    assert events["agent:error"]["rulvar.event.error_code"] == "E1"
+    assert events["agent:error"]["rulvar.event.error_retryable"] is False
+    assert events["log"] == {sc.ENTRY_SEQ: 5, "rulvar.event.level": "warn"}
+    assert events["some:future-event"] == {
+        sc.ENTRY_SEQ: 7,
+        "rulvar.event.foo": "bar",
+        "rulvar.event.nums": (1.0, 2.5),
+    }
+    assert [e.timestamp for e in a.events] == [t(2), t(3), t(4), t(5), t(7)]
+    dump = repr([s.to_json() for s in result.spans])
+    for content in ("my label", "provider said X", "log text", "token text"):
+        assert content not in dump
+
+
+def test_determinism_warning_exports_code_location() -> None:
+    result = export(
+        run(
+            ev(
+                "determinism:warning",
+                1,
+                "s0",
+                category="bare-math-random",
+                provenance="workflow",
+                frame="at body (/app/wf.py:12:9)",
+                file="/app/wf.py",
+                line=12,
+                column=9,
+            )
+        ),
+        OK,
+    )
+    (event,) = result.spans[0].events
+    assert dict(event.attributes or {}) == {
+        sc.ENTRY_SEQ: 1,
+        sc.DETERMINISM_CATEGORY: "bare-math-random",
+        sc.DETERMINISM_PROVENANCE: "workflow",
+        sc.CODE_FILEPATH: "/app/wf.py",
+        sc.CODE_LINENO: 12,
+        "rulvar.event.column": 9,
+    }
+
+
+def test_event_hosts_on_spanid_owner_never_on_invocation_or_tool() -> None:
+    result = export(
+        run(
+            agent(1, "a", "s0"),
+            ev("agent:phase:start", 2, "a", agentType="w", role="loop", model="m", invocation=1),
+            ev("tool:start", 3, "a", toolName="x", toolCallId="c"),
+            ev("log", 4, "a", level="info", msg="m"),
+            ev("log", 5, "nobody", level="info", msg="m"),
+        ),
+        OK,
+    )
+    assert [e.name for e in only(result, "agent w loop").events] == ["log"]
+    assert [e.name for e in only(result, "tool x").events] == ["log"]  # innermost open span
+
+
+def test_closers_that_find_nothing_become_span_events() -> None:
+    result = export(
+        run(
+            ev("agent:end", 1, "ghost", status="ok"),
+            ev("agent:phase:end", 2, "ghost", invocation=1, outcome="ok"),
+            ev("child:end", 3, "ghost", status="ok", workflow="k", scope="x"),
+        ),
+        OK,
+    )
+    assert [e.name for e in result.spans[0].events] == ["agent:end", "agent:phase:end", "child:end"]
+    assert len(result.spans) == 1
+
+
+def test_events_before_anything_is_open_are_dropped_without_error() -> None:
+    result = export([ev("log", 0, "s0", level="info", msg="early"), *run()], OK)
+    assert result.spans[0].events == ()
+
+
+def test_span_names_and_attributes_are_masked_with_host_patterns() -> None:
+    result = export(
+        run(ev("phase:start", 1, "p", "s0", phase="mail bob@example.com ghp_" + "x" * 30)),
+        OK,
+        patterns=[r"[a-z]+@example\.com"],
+    )
+    assert only(result, f"phase mail {MASKED_SECRET} {MASKED_SECRET}")
+
+
+def test_clock_stepping_back_never_gives_negative_durations() -> None:
+    result = export(run(agent(5, "a", "s0"), agent_end(6, "a") | {"ts": ev("x", 0, "x", ts_ms=1)["ts"]}), OK)
+    a = only(result, "agent w loop")
+    assert a.end_time == a.start_time
