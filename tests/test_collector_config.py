@@ -1,0 +1,283 @@
+"""Structural checks of the collector, Prometheus, Alertmanager, Grafana and compose configs.
+
+Target: otelcol-contrib v0.136.0 (the distribution manifest of the opentelemetry-collector-releases
+repository at that version lists the component modules below). Field-level validation needs the
+collector binary (``otelcol-contrib validate --config <file>``, documented in docs/metrics.md);
+these tests check what can be checked without it: the YAML, the pipeline wiring, the component
+types and every attribute a rule names.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rulvar_otel.core.masking import DEFAULT_SECRET_PATTERNS
+from rulvar_otel.otel import semconv as sc
+from tests.test_alerts import require_tool
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "collector_config"
+OTELCOL_FILES = ("otelcol-agent.yaml", "otelcol-gateway-loadbalancer.yaml", "otelcol-gateway-sampler.yaml")
+
+# component type -> module in otelcol-contrib v0.136.0 (only the types a config here could use).
+OTELCOL_CONTRIB_V0_136: dict[str, dict[str, str]] = {
+    "receivers": {
+        "otlp": "go.opentelemetry.io/collector/receiver/otlpreceiver",
+        "prometheus": "contrib/receiver/prometheusreceiver",
+        "hostmetrics": "contrib/receiver/hostmetricsreceiver",
+        "filelog": "contrib/receiver/filelogreceiver",
+        "jaeger": "contrib/receiver/jaegerreceiver",
+        "zipkin": "contrib/receiver/zipkinreceiver",
+    },
+    "processors": {
+        "batch": "go.opentelemetry.io/collector/processor/batchprocessor",
+        "memory_limiter": "go.opentelemetry.io/collector/processor/memorylimiterprocessor",
+        "redaction": "contrib/processor/redactionprocessor",
+        "tail_sampling": "contrib/processor/tailsamplingprocessor",
+        "attributes": "contrib/processor/attributesprocessor",
+        "filter": "contrib/processor/filterprocessor",
+        "resource": "contrib/processor/resourceprocessor",
+        "transform": "contrib/processor/transformprocessor",
+        "probabilistic_sampler": "contrib/processor/probabilisticsamplerprocessor",
+    },
+    "exporters": {
+        "otlp": "go.opentelemetry.io/collector/exporter/otlpexporter",
+        "otlphttp": "go.opentelemetry.io/collector/exporter/otlphttpexporter",
+        "debug": "go.opentelemetry.io/collector/exporter/debugexporter",
+        "prometheus": "contrib/exporter/prometheusexporter",
+        "prometheusremotewrite": "contrib/exporter/prometheusremotewriteexporter",
+        "loadbalancing": "contrib/exporter/loadbalancingexporter",
+    },
+    "connectors": {
+        "spanmetrics": "contrib/connector/spanmetricsconnector",
+        "servicegraph": "contrib/connector/servicegraphconnector",
+        "forward": "go.opentelemetry.io/collector/connector/forwardconnector",
+        "count": "contrib/connector/countconnector",
+    },
+    "extensions": {
+        "health_check": "contrib/extension/healthcheckextension",
+        "pprof": "contrib/extension/pprofextension",
+        "zpages": "go.opentelemetry.io/collector/extension/zpagesextension",
+    },
+}
+SECTIONS = tuple(OTELCOL_CONTRIB_V0_136)
+
+
+def _span_attributes() -> set[str]:
+    """Every span attribute key the exporter emits: semconv's constants above its metrics section."""
+    source = (ROOT / "rulvar_otel" / "otel" / "semconv.py").read_text(encoding="utf-8")
+    span_part = source.split("# --- metrics ---", 1)[0]
+    names = set(re.findall(r"^([A-Z][A-Z0-9_]*): Final = ", span_part, flags=re.MULTILINE))
+    values = {getattr(sc, name) for name in names}
+    fields = {attr for _, attr in sc.EXPLORATION_FIELDS} | {attr for _, attr in sc.RUN_JSON_FACTS}
+    return {v for v in values | fields if isinstance(v, str) and "." in v}
+
+
+SPAN_ATTRIBUTES = _span_attributes()
+# Span-event attributes are rulvar.event.<field>; these are the fields payload events carry.
+EVENT_ATTRIBUTES = {
+    sc.EVENT_FIELD_PREFIX + f
+    for f in ("will_wait", "will_retry", "reason", "retry_after_ms", "spent_usd", "scope", "model", "verdict",
+              "agent_type", "entry_ref", "error_code", "error_retryable", "level", "key", "tool_name", "op")
+}  # fmt: skip
+CONTENT_KEYS = (
+    "gen_ai.prompt",
+    "gen_ai.completion",
+    "gen_ai.input.messages",
+    "gen_ai.output.messages",
+    "gen_ai.system_instructions",
+    "gen_ai.tool.call.arguments",
+    "gen_ai.tool.call.result",
+    "message",
+    "log.msg",
+    "llm.prompts",
+    "rulvar.event.delta",
+    "input.value",
+    "output.value",
+)
+
+
+def _load(name: str) -> dict[str, Any]:
+    return yaml.safe_load((CONFIG / name).read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+
+
+def test_assumed_span_attributes_are_real() -> None:
+    assert {sc.RUN_SETTLED, sc.AGENT_TYPE, sc.GEN_AI_REQUEST_MODEL, sc.RUN_ID} <= SPAN_ATTRIBUTES
+    assert sc.WORKFLOW not in SPAN_ATTRIBUTES  # metric-only keys are not span attributes
+
+
+def test_every_yaml_file_parses() -> None:
+    files = sorted(CONFIG.rglob("*.y*ml"))
+    assert len(files) >= 10
+    for path in files:
+        assert isinstance(yaml.safe_load(path.read_text(encoding="utf-8")), dict), path
+
+
+@pytest.mark.parametrize("name", OTELCOL_FILES)
+def test_pipelines_name_only_defined_components_of_otelcol_contrib(name: str) -> None:
+    config = _load(name)
+    defined = {section: set(config.get(section) or {}) for section in SECTIONS}
+    for section, ids in defined.items():
+        for component_id in ids:
+            kind = component_id.split("/", 1)[0]
+            assert kind in OTELCOL_CONTRIB_V0_136[section], f"{name}: {section} type {kind!r} not in v0.136.0"
+    service = config["service"]
+    assert set(service.get("extensions", [])) <= defined["extensions"]
+    used: dict[str, set[str]] = {section: set() for section in SECTIONS}
+    for pipeline_id, pipeline in service["pipelines"].items():
+        assert pipeline_id.split("/", 1)[0] in {"traces", "metrics", "logs"}, pipeline_id
+        assert pipeline.get("receivers") and pipeline.get("exporters"), pipeline_id
+        for role, section in (
+            ("receivers", "receivers"),
+            ("processors", "processors"),
+            ("exporters", "exporters"),
+        ):
+            for component_id in pipeline.get(role, []):
+                if component_id in defined["connectors"] and role != "processors":
+                    used["connectors"].add(component_id)
+                    continue
+                assert component_id in defined[section], (
+                    f"{name}: {pipeline_id} uses undefined {component_id}"
+                )
+                used[section].add(component_id)
+    # A connector must leave one pipeline and enter another.
+    for connector in defined["connectors"]:
+        as_exporter = any(connector in p.get("exporters", []) for p in service["pipelines"].values())
+        as_receiver = any(connector in p.get("receivers", []) for p in service["pipelines"].values())
+        assert as_exporter and as_receiver, f"{name}: connector {connector} is not wired both ways"
+    for section in ("receivers", "processors", "exporters", "connectors"):
+        assert used[section] == defined[section], (
+            f"{name}: unused {section} {defined[section] - used[section]}"
+        )
+    if "memory_limiter" in defined["processors"]:
+        for pipeline in service["pipelines"].values():
+            assert pipeline.get("processors", ["memory_limiter"])[0] == "memory_limiter"
+
+
+@pytest.mark.parametrize("name", OTELCOL_FILES)
+def test_every_exporter_has_a_bounded_timeout(name: str) -> None:
+    for component_id, exporter in (_load(name).get("exporters") or {}).items():
+        kind = component_id.split("/", 1)[0]
+        if kind == "otlp":
+            assert exporter.get("timeout"), component_id
+        if kind == "loadbalancing":
+            assert exporter["protocol"]["otlp"].get("timeout"), component_id
+
+
+def test_agent_spanmetrics_dimensions_are_attributes_we_emit() -> None:
+    spanmetrics = _load("otelcol-agent.yaml")["connectors"]["spanmetrics"]
+    dimensions = {d["name"] for d in spanmetrics["dimensions"]}
+    assert dimensions and dimensions <= SPAN_ATTRIBUTES, dimensions - SPAN_ATTRIBUTES
+    buckets = spanmetrics["histogram"]["explicit"]["buckets"]
+    assert buckets[-1] in ("3600s", "1h") and len(buckets) >= 10  # sized for LLM latencies
+
+
+def test_agent_pipeline_order_and_destinations() -> None:
+    config = _load("otelcol-agent.yaml")
+    traces = config["service"]["pipelines"]["traces"]
+    assert traces["processors"] == ["memory_limiter", "redaction", "batch"]
+    assert {"otlp/tempo", "otlp/jaeger", "spanmetrics"} == set(traces["exporters"])
+    assert config["service"]["pipelines"]["metrics"]["exporters"] == ["prometheus"]
+
+
+def test_redaction_rules_name_only_attributes_we_emit_and_block_content() -> None:
+    redaction = _load("otelcol-agent.yaml")["processors"]["redaction"]
+    assert redaction["allow_all_keys"] is True
+    assert set(redaction["ignored_keys"]) <= SPAN_ATTRIBUTES
+    key_patterns = [re.compile(p) for p in redaction["blocked_key_patterns"]]
+    for key in SPAN_ATTRIBUTES | EVENT_ATTRIBUTES:
+        assert not any(p.search(key) for p in key_patterns), f"redaction would mask our own {key}"
+    for key in CONTENT_KEYS:
+        assert any(p.search(key) for p in key_patterns), f"content key {key} passes the redaction"
+    # The value patterns are the exporter's own credential set (RE2 reads these as Python does).
+    values = redaction["blocked_values"]
+    assert values[:-1] == list(DEFAULT_SECRET_PATTERNS[:-1])
+    assert DEFAULT_SECRET_PATTERNS[-1].startswith(values[-1])
+    for sample in (
+        "sk-" + "a" * 24,
+        "AKIA" + "B" * 16,
+        "Bearer " + "c" * 30,
+        "-----BEGIN RSA PRIVATE KEY-----",
+    ):
+        assert any(re.search(p, f"x {sample} y") for p in values), sample
+
+
+def test_gateway_routes_by_trace_id_to_a_tail_sampler() -> None:
+    lb = _load("otelcol-gateway-loadbalancer.yaml")
+    exporter = lb["exporters"]["loadbalancing"]
+    assert exporter["routing_key"] == "traceID"
+    assert exporter["resolver"]["dns"]["port"] == 4317
+    assert "loadbalancing" in lb["service"]["pipelines"]["traces"]["exporters"]
+    sampler = _load("otelcol-gateway-sampler.yaml")
+    assert sampler["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"].endswith(":4317")
+
+
+def test_tail_sampling_keeps_errors_and_unsettled_terminals() -> None:
+    tail = _load("otelcol-gateway-sampler.yaml")["processors"]["tail_sampling"]
+    assert int(tail["decision_wait"].removesuffix("s")) >= 600  # long agent runs
+    policies = {p["type"]: p for p in tail["policies"]}
+    assert policies["status_code"]["status_code"]["status_codes"] == ["ERROR"]
+    assert policies["boolean_attribute"]["boolean_attribute"] == {"key": sc.RUN_SETTLED, "value": False}
+    assert 0 < policies["probabilistic"]["probabilistic"]["sampling_percentage"] < 100
+    for policy in tail["policies"]:
+        for kind in ("boolean_attribute", "string_attribute", "numeric_attribute"):
+            if kind in policy:
+                assert policy[kind]["key"] in SPAN_ATTRIBUTES, policy
+
+
+def test_promtool_check_config() -> None:
+    result = subprocess.run(
+        [require_tool("promtool"), "check", "config", "prometheus.yml"],
+        cwd=CONFIG / "prometheus",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 1 rule files found" in result.stdout
+
+
+def test_prometheus_intervals_are_bounded() -> None:
+    config = _load("prometheus/prometheus.yml")
+    seconds = {k: int(v.removesuffix("s")) for k, v in config["global"].items()}
+    assert seconds["scrape_timeout"] <= seconds["scrape_interval"] <= 60
+    assert seconds["evaluation_interval"] <= 60
+    targets = {t for job in config["scrape_configs"] for sc_ in job["static_configs"] for t in sc_["targets"]}
+    assert "otelcol:8889" in targets
+
+
+def test_amtool_check_config() -> None:
+    result = subprocess.run(
+        [require_tool("amtool"), "check-config", "alertmanager.yml"],
+        cwd=CONFIG / "alertmanager",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_grafana_provisioning_and_compose_agree() -> None:
+    sources = {d["uid"]: d for d in _load("grafana/provisioning/datasources/datasources.yaml")["datasources"]}
+    assert sources["prometheus"]["type"] == "prometheus" and sources["prometheus"]["isDefault"] is True
+    assert {"tempo", "jaeger"} <= set(sources)
+    provider = _load("grafana/provisioning/dashboards/dashboards.yaml")["providers"][0]
+    compose = _load("compose.yaml")
+    services = compose["services"]
+    assert {"otelcol", "jaeger", "tempo", "prometheus", "grafana"} <= set(services)
+    grafana_mounts = dict(v.rsplit(":", 1)[0].split(":", 1) for v in services["grafana"]["volumes"])
+    assert grafana_mounts["../dashboards"] == provider["options"]["path"]
+    for service in services.values():
+        for volume in service.get("volumes", []):
+            host = volume.split(":", 1)[0]
+            assert (CONFIG / host).exists(), f"compose mounts missing {host}"
+    assert services["otelcol"]["image"].endswith(":0.136.0")
+    assert "--config=/etc/otelcol/config.yaml" in services["otelcol"]["command"]
