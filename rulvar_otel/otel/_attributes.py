@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, TypeAlias, TypeGuard
 
 import orjson
 
@@ -59,11 +59,11 @@ def _snake(name: str) -> str:
     return out
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return type(value) is int
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     return (type(value) is int) or (type(value) is float)
 
 
@@ -128,8 +128,8 @@ def invocation_open_attributes(event: Mapping[str, Any], mask: Masker) -> Iterat
         yield sc.INVOCATION, mask(invocation)
 
 
-def _money(value: object) -> bool:
-    return _is_number(value) and math.isfinite(value)  # type: ignore[arg-type]
+def _money(value: object) -> TypeGuard[int | float]:
+    return _is_number(value) and math.isfinite(value)
 
 
 def agent_close_attributes(event: Mapping[str, Any]) -> Iterator[Pair]:
