@@ -1,0 +1,116 @@
+"""The MeterProvider builder, and metrics recorded in the exporter's single pass over events."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import httpx
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from rulvar_otel.errors import ConfigError, ExportError
+from rulvar_otel.otel import semconv as sc
+from rulvar_otel.otel.exporter import export_events
+from rulvar_otel.otel.metrics import MetricsSetup, build_meter_provider
+from tests._fixtures import events, outcome
+from tests.test_metrics_streams import adaptive_outcome, adaptive_stream, feed, points
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        (MetricsSetup(), "destination"),
+        (MetricsSetup(otlp_endpoint="localhost:4317"), "http"),
+        (MetricsSetup(otlp_endpoint="ftp://collector:4317"), "http"),
+        (MetricsSetup(otlp_endpoint="http://c:4317", otlp_protocol="udp"), "protocol"),  # type: ignore[arg-type]
+        (MetricsSetup(otlp_endpoint="http://c:4317", timeout_s=0), "timeout"),
+        (MetricsSetup(otlp_endpoint="http://c:4317", timeout_s=600), "timeout"),
+        (MetricsSetup(otlp_endpoint="http://c:4317", export_interval_s=0), "interval"),
+        (MetricsSetup(prometheus_port=70000), "port"),
+        (MetricsSetup(otlp_endpoint="http://c:4317", headers={"x": 1}), "headers"),  # type: ignore[dict-item]
+    ],
+)
+def test_bad_options_are_config_errors(setup: MetricsSetup, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        build_meter_provider(setup)
+
+
+def test_prometheus_endpoint_serves_the_recorded_metrics_and_stops() -> None:
+    pipeline = build_meter_provider(MetricsSetup(prometheus_port=0))
+    try:
+        assert pipeline.prometheus_port
+        feed(pipeline.meter, events("quota"), outcome("quota"))
+        url = f"http://127.0.0.1:{pipeline.prometheus_port}/metrics"
+        text = httpx.get(url, timeout=5).text
+        assert "rulvar_quota_denials_total{" in text and 'rulvar_quota_dimension="tokens"' in text
+        assert "rulvar_runs_settled_total{" in text and 'rulvar_workflow="throttled"' in text
+    finally:
+        pipeline.shutdown()
+    with pytest.raises(httpx.TransportError):
+        httpx.get(url, timeout=2)
+
+
+def test_a_taken_port_is_an_export_error() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(ExportError, match="cannot serve"):
+            build_meter_provider(MetricsSetup(prometheus_port=taken.getsockname()[1]))
+
+
+def _dead_endpoint() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_a_dead_otlp_endpoint_never_hangs_shutdown(protocol: Any) -> None:
+    pipeline = build_meter_provider(
+        MetricsSetup(
+            otlp_endpoint=_dead_endpoint(), otlp_protocol=protocol, timeout_s=0.5, export_interval_s=3600
+        )
+    )
+    feed(pipeline.meter, events("minimal"), outcome("minimal"))
+    pipeline.shutdown()  # flushes into a closed port within the bounded timeout
+
+
+def _one_pass(stream: list[dict[str, Any]], result: Any) -> tuple[dict[str, Any], int]:
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader])
+    spans = InMemorySpanExporter()
+    tracers = TracerProvider()
+    tracers.add_span_processor(SimpleSpanProcessor(spans))
+    count = export_events(
+        stream, tracers.get_tracer("t"), outcome=result, meter=meters.get_meter("rulvar_otel")
+    )
+    data = points(reader)
+    meters.shutdown()
+    assert count == len(spans.get_finished_spans())
+    return data, count
+
+
+@pytest.mark.parametrize("name", ["orchestrate", "tools", "quota", "exposure-drained", "suspension-dryrun"])
+def test_the_exporter_pass_records_exactly_what_the_recorder_alone_records(name: str) -> None:
+    with_spans, count = _one_pass(events(name), outcome(name))
+    assert count > 0
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    feed(provider.get_meter("rulvar_otel"), events(name), outcome(name))
+    assert with_spans == points(reader)
+    provider.shutdown()
+
+
+def test_the_exporter_pass_folds_the_adaptive_metrics() -> None:
+    data, _ = _one_pass(adaptive_stream(), adaptive_outcome())
+    share = data[sc.METRIC_ORCHESTRATOR_SHARE]
+    assert share.keys() == {frozenset({sc.WORKFLOW: "planner", sc.SHARE_SOURCE: "cost_report"}.items())}
+    assert data[sc.METRIC_RECLAIMED_COST] == {
+        frozenset({sc.WORKFLOW: "planner"}.items()): pytest.approx(0.25)
+    }
