@@ -1,0 +1,172 @@
+"""End to end against a real trace backend: Arize Phoenix, installed from PyPI into its own venv.
+
+The venv lives outside the repo (``$RULVAR_OTEL_PHOENIX_VENV``, default
+``~/.cache/rulvar-otel/phoenix-venv``) and is reused when present, so only the first run pays for
+the install (about a minute). Phoenix runs on 127.0.0.1 with free ports and a temporary working
+directory; the ``tools``, ``nested`` and ``orchestrate`` runs go to it over OTLP gRPC and OTLP
+HTTP, and the spans are read back through Phoenix's REST API.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from rulvar_otel.otel import export_events
+from tests._fixtures import events, outcome
+
+PHOENIX_REQUIREMENT = "arize-phoenix==20.26.1"
+INSTALL_TIMEOUT_S = 900
+STARTUP_TIMEOUT_S = 120
+INGEST_TIMEOUT_S = 60
+
+pytestmark = pytest.mark.timeout(INSTALL_TIMEOUT_S + STARTUP_TIMEOUT_S + 300)
+
+
+def _venv() -> Path:
+    default = Path.home() / ".cache" / "rulvar-otel" / "phoenix-venv"
+    return Path(os.environ.get("RULVAR_OTEL_PHOENIX_VENV", default))
+
+
+def _ensure_phoenix() -> Path:
+    venv = _venv()
+    python = venv / "bin" / "python"
+    marker = venv / ".rulvar-otel-installed"
+    if python.exists() and marker.exists() and marker.read_text() == PHOENIX_REQUIREMENT:
+        return python
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    proc = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", PHOENIX_REQUIREMENT],
+        capture_output=True,
+        text=True,
+        timeout=INSTALL_TIMEOUT_S,
+    )
+    assert proc.returncode == 0, f"installing {PHOENIX_REQUIREMENT} failed:\n{proc.stderr[-3000:]}"
+    marker.write_text(PHOENIX_REQUIREMENT)
+    return python
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Phoenix:
+    def __init__(self, http_port: int, grpc_port: int) -> None:
+        self.http = f"http://127.0.0.1:{http_port}"
+        self.grpc = f"http://127.0.0.1:{grpc_port}"
+
+    def spans(self, project: str) -> list[dict[str, Any]]:
+        response = httpx.get(f"{self.http}/v1/projects/{project}/spans", params={"limit": 1000}, timeout=10)
+        if response.status_code == 404:
+            return []  # the project appears with its first ingested span
+        response.raise_for_status()
+        data: list[dict[str, Any]] = response.json()["data"]
+        return data
+
+
+@pytest.fixture(scope="module")
+def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Phoenix]:
+    python = _ensure_phoenix()
+    workdir = tmp_path_factory.mktemp("phoenix")
+    http_port, grpc_port = _free_port(), _free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("PHOENIX_", "OTEL_"))},
+        "PHOENIX_HOST": "127.0.0.1",
+        "PHOENIX_PORT": str(http_port),
+        "PHOENIX_GRPC_PORT": str(grpc_port),
+        "PHOENIX_WORKING_DIR": str(workdir),
+        "PHOENIX_TELEMETRY_ENABLED": "false",
+    }
+    log = (workdir / "phoenix.log").open("w")
+    proc = subprocess.Popen(
+        [str(python), "-m", "phoenix.server.main", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    server = Phoenix(http_port, grpc_port)
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            assert proc.poll() is None, f"Phoenix exited:\n{(workdir / 'phoenix.log').read_text()[-3000:]}"
+            try:
+                if httpx.get(f"{server.http}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "Phoenix did not come up in time"
+            time.sleep(0.5)
+        yield server
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        log.close()
+
+
+def _expected(name: str) -> Counter[tuple[str, str | None]]:
+    """(span name, parent span name) pairs of an in-memory export: the tree Phoenix must serve."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    export_events(events(name), provider.get_tracer("test"), outcome=outcome(name))
+    spans = exporter.get_finished_spans()
+    by_id = {s.context.span_id: s.name for s in spans}
+    return Counter((s.name, by_id[s.parent.span_id] if s.parent else None) for s in spans)
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+@pytest.mark.parametrize("scenario", ["tools", "nested", "orchestrate"])
+def test_phoenix_serves_one_correct_trace_per_run(phoenix: Phoenix, protocol: str, scenario: str) -> None:
+    project = f"rulvar-{scenario}-{protocol}"
+    exporter = (
+        GrpcExporter(endpoint=phoenix.grpc, insecure=True, timeout=10)
+        if protocol == "grpc"
+        else HttpExporter(endpoint=f"{phoenix.http}/v1/traces", timeout=10)
+    )
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": "rulvar", "openinference.project.name": project})
+    )
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    sent = export_events(events(scenario), provider.get_tracer("rulvar-otel"), outcome=outcome(scenario))
+    assert provider.force_flush(30_000)
+    provider.shutdown()
+
+    expected = _expected(scenario)
+    assert sent == sum(expected.values())
+    deadline = time.monotonic() + INGEST_TIMEOUT_S
+    spans = phoenix.spans(project)
+    while len(spans) < sent and time.monotonic() < deadline:
+        time.sleep(0.5)  # ingestion is asynchronous
+        spans = phoenix.spans(project)
+    assert len(spans) == sent
+
+    assert len({s["context"]["trace_id"] for s in spans}) == 1  # the run is exactly one trace
+    by_id = {s["context"]["span_id"]: s for s in spans}
+    roots = [s for s in spans if s["parent_id"] is None]
+    assert len(roots) == 1 and roots[0]["name"].startswith("run ")
+    assert all(s["parent_id"] is None or s["parent_id"] in by_id for s in spans)
+    served = Counter((s["name"], by_id[s["parent_id"]]["name"] if s["parent_id"] else None) for s in spans)
+    assert served == expected
+    run_id = events(scenario)[0]["runId"]
+    assert all(s["attributes"].get("rulvar.run_id") == run_id for s in spans)
