@@ -54,21 +54,24 @@ class SecretMasker:
         self.patterns = patterns
         # One alternation answers "could anything match?" in a single scan; most strings are clean.
         self._prefilter = re.compile("|".join(f"(?:{r.pattern})" for r in self._regexes))
-        self._cache: dict[str, str] = {}
+        self._cache: dict[str, str | None] = {}
 
     def mask(self, text: str) -> str:
         """Return ``text`` with every match replaced by :data:`MASKED_SECRET`."""
-        cached = self._cache.get(text)
-        if cached is not None:
-            return cached
-        out = text
+        if text in self._cache:
+            # None marks a clean string: hand back the caller's own object (identity matters).
+            cached = self._cache[text]
+            return text if cached is None else cached
+        masked: str | None = None
         if self._prefilter.search(text) is not None:
+            out = text
             for regex in self._regexes:
                 out = regex.sub(MASKED_SECRET, out)
+            masked = out if out != text else None
         if len(self._cache) >= _CACHE_LIMIT:
             self._cache.clear()
-        self._cache[text] = out
-        return out
+        self._cache[text] = masked
+        return text if masked is None else masked
 
     __call__ = mask
 
