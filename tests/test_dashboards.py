@@ -47,6 +47,7 @@ def test_check_detects_a_stale_file(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(generator, "ROOT", tmp_path)
     monkeypatch.setattr(generator, "DASHBOARDS_DIR", tmp_path / "dashboards")
     monkeypatch.setattr(generator, "ALERTS_FILE", tmp_path / "alerts.yml")
+    monkeypatch.setattr(generator, "DOCS_FILE", tmp_path / "metrics.md")
     assert generator.main([]) == 0  # writes a fresh set
     assert generator.main(["--check"]) == 0
     stale = tmp_path / "dashboards" / "rulvar-runs.json"
