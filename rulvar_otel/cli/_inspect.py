@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from rulvar_otel.cli._common import PatternOption
 from rulvar_otel.core.masking import SecretMasker, compile_secret_masker, sanitize_terminal_text
 from rulvar_otel.core.progress import format_tokens, format_usd
 from rulvar_otel.core.reducers import (
@@ -255,10 +256,7 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[
             bool, typer.Option("--json", help="Print the readings as one JSON object.")
         ] = False,
-        pattern: Annotated[
-            list[str] | None,
-            typer.Option("--redact", help="An extra secret pattern (Python regex) to mask; repeatable."),
-        ] = None,
+        pattern: PatternOption = None,
     ) -> None:
         """Print the invocation table, the per-role split and the critical path of a recorded run."""
         code = run_inspect(str(stream), as_json=as_json, patterns=pattern)
