@@ -48,3 +48,14 @@ def test_layers_only_import_downwards() -> None:
                     if module.split(".")[0] in FORBIDDEN_IN_CORE:
                         problems.append(f"{path.relative_to(PACKAGE)} imports {module}")
     assert problems == []
+
+
+def test_public_facade_resolves_every_name_and_stays_lazy() -> None:
+    code = (
+        "import sys, rulvar_otel;"
+        "assert not [m for m in sys.modules if m.startswith('opentelemetry')];"
+        "missing = [n for n in rulvar_otel.__all__ if getattr(rulvar_otel, n, None) is None];"
+        "print(','.join(missing))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
