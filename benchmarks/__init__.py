@@ -1,0 +1,1 @@
+"""rulvar-otel benchmarks: ``python -m benchmarks`` (see docs/benchmarks.md)."""

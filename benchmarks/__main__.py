@@ -1,0 +1,7 @@
+"""``python -m benchmarks``."""
+
+import sys
+
+from benchmarks.run import main
+
+sys.exit(main())
