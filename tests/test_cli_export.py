@@ -417,13 +417,16 @@ def test_the_input_stream_is_never_the_output_file(tmp_path: Path) -> None:
     assert path.read_bytes() == original and default.read_bytes() == original
 
 
-def test_progress_lines_go_to_stderr_and_auto_stays_quiet_off_a_terminal() -> None:
+def test_progress_lines_go_to_stderr_and_auto_appends_lines_off_a_terminal() -> None:
     code, out, err = run_cli("export", str(STREAMS / "tools.jsonl"), "--progress", "lines", "--no-tree")
     assert code == EXIT_OK, err
     assert out == ""
     assert "tool fetch error" in err
-    # CliRunner's stderr is not a terminal: auto shows no progress, only the summary.
-    code, _, err = run_cli("export", str(STREAMS / "tools.jsonl"), "--no-tree")
+    # CliRunner's stderr is not a terminal: auto degrades to append-only lines, never repaints.
+    code, _, auto_err = run_cli("export", str(STREAMS / "tools.jsonl"), "--no-tree")
     assert code == EXIT_OK
-    assert "tool fetch error" not in err
-    assert err.startswith("rulvar-otel: exported 17 spans")
+    assert "tool fetch error" in auto_err and "\x1b[" not in auto_err
+    code, _, off_err = run_cli("export", str(STREAMS / "tools.jsonl"), "--no-tree", "--progress", "off")
+    assert code == EXIT_OK
+    assert "tool fetch error" not in off_err
+    assert off_err.startswith("rulvar-otel: exported 17 spans")

@@ -277,16 +277,10 @@ class _ProgressSink(Protocol):
     def close(self, outcome: Any) -> None: ...
 
 
-def _stderr_is_tty() -> bool:
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
-
 
 def _open_progress(mode: str, ceiling_usd: float | None) -> _ProgressSink | None:
-    # auto: a live view only when stderr is a terminal; pipes and CI logs stay quiet.
-    if mode == "off" or (mode == "auto" and not _stderr_is_tty()):
+    # auto: the live tree on a terminal, append-only lines in pipes and CI (the view decides).
+    if mode == "off":
         return None
     try:
         module = importlib.import_module("rulvar_otel.cli._progress")
