@@ -65,3 +65,38 @@ def test_nothing_planted_reaches_the_wire(name: str) -> None:
 def test_large_stream_planted() -> None:
     payload = _otlp_bytes([_planted(e) for e in fx.events("large")[:4000]])
     assert b"PLANTED" not in payload and CONTENT.encode() not in payload
+
+
+def test_a_key_glued_to_an_escape_sequence_is_still_masked() -> None:
+    key = "ghp_" + "k" * 36
+    events = [
+        {
+            "runId": "r",
+            "seq": 0,
+            "ts": "2026-01-01T00:00:00.000Z",
+            "spanId": "s0",
+            "type": "run:start",
+            "workflow": f"\x1b[2J{key}",
+        },
+        {
+            "runId": "r",
+            "seq": 1,
+            "ts": "2026-01-01T00:00:00.001Z",
+            "spanId": "s1",
+            "parentSpanId": "s0",
+            "type": "phase:start",
+            "phase": f"x\n{key}\x07",
+        },
+        {
+            "runId": "r",
+            "seq": 2,
+            "ts": "2026-01-01T00:00:00.002Z",
+            "spanId": "s0",
+            "type": "budget:update",
+            "spentUsd": 0,
+            "note": f"\x9b{key}",
+        },
+    ]
+    payload = _otlp_bytes(events)
+    assert key.encode() not in payload
+    assert b"\x1b" not in payload and b"\x07" not in payload

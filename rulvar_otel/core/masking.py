@@ -75,6 +75,17 @@ class SecretMasker:
 
     __call__ = mask
 
+    def mask_flat(self, text: str) -> str:
+        """Mask for a one-line sink (exported attributes, span names, terminals).
+
+        Control bytes and escape sequences become spaces first (as :func:`sanitize_terminal_text`
+        does), so a key glued to an escape sequence (``"\x1b[2Jghp_..."``, no word boundary
+        before ``ghp_``) is still found.
+        """
+        if text.isprintable():
+            return self.mask(text)
+        return self.mask(sanitize_terminal_text(text))
+
     def mask_deep(self, value: _T) -> _T:
         """Mask every string in a JSON-like tree; returns ``value`` itself when nothing matched."""
         return _mask_deep(self, value)

@@ -35,6 +35,8 @@ SUPERSEDED_MESSAGE: Final = "superseded: a successor owns settlement; this stale
 
 _RUN, _PHASE, _AGENT, _INVOCATION, _TOOL, _CHILD = range(6)
 _OK_VALUES: Final = frozenset({"ok", "skipped"})
+_STATUS_OK: Final = Status(StatusCode.OK)
+_STATUS_ERROR: Final = Status(StatusCode.ERROR)
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -50,6 +52,7 @@ class _Rec:
     """One span of this export. Ended spans keep only what parenting and replay checks need."""
 
     __slots__ = (
+        "child_context",
         "context",
         "desc_end",
         "end_ns",
@@ -73,6 +76,8 @@ class _Rec:
         self.end_ns = 0
         self.desc_end = 0  # latest end among descendants (phases end there)
         self.pending_end: int | None = None  # a leftover of an earlier segment, ended at finish
+        # The context children start in, built once per parent (and rebuilt once it has ended).
+        self.child_context: Context | None = None
 
 
 class SpanMapper:
@@ -87,8 +92,9 @@ class SpanMapper:
         observers: Iterable[EventObserver] = (),
     ) -> None:
         self._tracer = tracer
-        self._mask: Callable[[str], str] = masker.mask
+        self._mask: Callable[[str], str] = masker.mask_flat
         self._run_id = run_id
+        self._masked_run_id = self._mask(run_id) if run_id is not None else None
         self._observers = tuple(observers)
         self._by_span_id: dict[str, _Rec] = {}
         self._invocations: dict[tuple[str, object], _Rec] = {}
@@ -155,7 +161,14 @@ class SpanMapper:
         try:
             if self._run_id is None and isinstance(rid := event.get("runId"), str):
                 self._run_id = rid
-            ns = self._time(event)
+                self._masked_run_id = self._mask(rid)
+            # The common case inline (a ts seen before); _time handles the rest.
+            ts = event.get("ts")
+            ns = self._ts_cache.get(ts) if type(ts) is str else None
+            if ns is None:
+                ns = self._time(event)
+            else:
+                self._last_ns = ns
             kind = event.get("type")
             handler = self._handlers.get(kind) if isinstance(kind, str) else None
             if handler is None:
@@ -215,8 +228,8 @@ class SpanMapper:
         attributes: dict[str, ax.AttrValue],
     ) -> _Rec:
         attrs: dict[str, ax.AttrValue] = {}
-        if self._run_id is not None:
-            attrs[sc.RUN_ID] = self._mask(self._run_id)
+        if self._masked_run_id is not None:
+            attrs[sc.RUN_ID] = self._masked_run_id
         seq = event.get("seq")
         if type(seq) is int or type(seq) is float:
             attrs[sc.ENTRY_SEQ] = seq
@@ -225,12 +238,16 @@ class SpanMapper:
             attrs[sc.SCOPE] = self._mask(scope)
         if event.get("replayed") is True:
             attrs[sc.REPLAYED] = True
-        attrs.update(attributes)
-        context = (
-            trace.set_span_in_context(parent.span or NonRecordingSpan(parent.context))
-            if parent is not None
-            else Context()
-        )
+        if attributes:
+            attrs.update(attributes)
+        if parent is None:
+            context = Context()
+        else:
+            context = parent.child_context
+            if context is None:
+                context = parent.child_context = trace.set_span_in_context(
+                    parent.span or NonRecordingSpan(parent.context)
+                )
         token = SPAN_IDENTITY.set((self._run_id or "", identity))
         try:
             span = self._tracer.start_span(name, context=context, attributes=attrs, start_time=ns)
@@ -249,24 +266,31 @@ class SpanMapper:
         self,
         rec: _Rec,
         ns: int,
-        attributes: Iterable[tuple[str, ax.AttrValue]],
+        attributes: dict[str, ax.AttrValue],
         status: object,
         *,
         message: str | None = None,
         force_error: bool = False,
-        error_type: str | None = None,
+        error_source: Mapping[str, Any] | None = None,
     ) -> None:
+        """End ``rec`` as its closer says; ``error_source`` names the ``error.type`` of a failure."""
         span = rec.span
         if span is None:
             return
-        for key, value in attributes:
-            span.set_attribute(key, value)
+        # One set_attributes call: the SDK takes its lock once instead of once per attribute.
         if isinstance(status, str):
-            span.set_attribute(sc.STATUS, self._mask(status))
+            attributes[sc.STATUS] = self._mask(status)
         ok = isinstance(status, str) and status in _OK_VALUES and not force_error
-        if not ok and error_type is not None:
-            span.set_attribute(sc.ERROR_TYPE, error_type)
-        span.set_status(Status(StatusCode.OK) if ok else Status(StatusCode.ERROR, message))
+        if not ok and error_source is not None:
+            error_type = ax.error_type(error_source, self._mask)
+            if error_type is not None:
+                attributes[sc.ERROR_TYPE] = error_type
+        if attributes:
+            span.set_attributes(attributes)
+        if ok:
+            span.set_status(_STATUS_OK)
+        else:
+            span.set_status(_STATUS_ERROR if message is None else Status(StatusCode.ERROR, message))
         self._end(rec, ns)
 
     def _end(self, rec: _Rec, ns: int) -> None:
@@ -279,13 +303,15 @@ class SpanMapper:
         rec.ended = True
         rec.end_ns = ns
         rec.span = None  # release the SDK span; the context is all a late child needs
+        rec.child_context = None
         opened = self._segment_open.get(rec.segment)
         if opened is not None:
             opened.discard(rec)
+        # Every raise of a desc_end reaches all ancestors, so an ancestor's desc_end is never below
+        # its descendant's: the first one already at ns or later ends the walk.
         parent = rec.parent
-        while parent is not None:
-            if parent.desc_end < ns:
-                parent.desc_end = ns
+        while parent is not None and parent.desc_end < ns:
+            parent.desc_end = ns
             parent = parent.parent
 
     def _end_inferred(self, rec: _Rec, ns: int, ok: bool) -> None:
@@ -293,7 +319,7 @@ class SpanMapper:
         if span is None:
             return
         span.set_attribute(sc.END_INFERRED, True)
-        span.set_status(Status(StatusCode.OK) if ok else Status(StatusCode.ERROR))
+        span.set_status(_STATUS_OK if ok else _STATUS_ERROR)
         self._end(rec, ns)
 
     # --- lookups --------------------------------------------------------------------------------
@@ -354,7 +380,7 @@ class SpanMapper:
             host = self._host_for(event)
         if host is None or host.span is None:
             return  # nothing open: there is nowhere to put it
-        attrs: dict[str, ax.AttrValue] = dict(ax.event_attributes(event, self._mask))
+        attrs = ax.event_attributes(event, self._mask)
         if replayed:
             attrs[sc.REPLAYED] = True
         host.span.add_event(self._mask(name), attributes=attrs, timestamp=ns)
@@ -419,7 +445,7 @@ class SpanMapper:
             event.get("status"),
             message=message,
             force_error=unsettled,
-            error_type=ax.error_type(event, self._mask),
+            error_source=event,
         )
 
     def _on_phase_start(self, event: Mapping[str, Any], ns: int) -> None:
@@ -457,7 +483,7 @@ class SpanMapper:
         if rec is None or rec.kind != _CHILD or not self._is_open(rec):
             self._attach_event(event, ns, "child:end")
             return
-        self._close(rec, ns, (), event.get("status"))
+        self._close(rec, ns, {}, event.get("status"))
 
     def _on_agent_start(self, event: Mapping[str, Any], ns: int) -> None:
         span_id = event.get("spanId")
@@ -465,7 +491,7 @@ class SpanMapper:
         if key is not None and (existing := self._by_span_id.get(key)) is not None:
             self._duplicate_opener(existing, event, ns)
             return
-        attrs: dict[str, ax.AttrValue] = dict(ax.agent_open_attributes(event, self._mask))
+        attrs = ax.agent_open_attributes(event, self._mask)
         parent = self._parent_for(event, attrs)
         agent_type = event.get("agentType")
         label = (
@@ -484,13 +510,7 @@ class SpanMapper:
         if rec is None or rec.kind != _AGENT or not self._is_open(rec):
             self._attach_event(event, ns, "agent:end")
             return
-        self._close(
-            rec,
-            ns,
-            ax.agent_close_attributes(event),
-            event.get("status"),
-            error_type=ax.error_type(event, self._mask),
-        )
+        self._close(rec, ns, ax.agent_close_attributes(event), event.get("status"), error_source=event)
 
     def _owner(self, event: Mapping[str, Any], attrs: dict[str, ax.AttrValue]) -> _Rec | None:
         """Invocation and tool spans hang off the span keyed by their spanId (the agent)."""
@@ -505,7 +525,7 @@ class SpanMapper:
         if (existing := self._invocations.get(key)) is not None:
             self._duplicate_opener(existing, event, ns)
             return
-        attrs: dict[str, ax.AttrValue] = dict(ax.invocation_open_attributes(event, self._mask))
+        attrs = ax.invocation_open_attributes(event, self._mask)
         parent = self._owner(event, attrs)
         name = "invocation " + ax.text(event.get("role"), self._mask)
         rec = self._start(_INVOCATION, name, event, ns, parent, f"inv:{key[0]}:{key[1]}", attrs)
@@ -530,7 +550,7 @@ class SpanMapper:
                 if existing.span is not None:
                     existing.span.set_attribute(sc.REPLAYED, True)
                 return
-        attrs: dict[str, ax.AttrValue] = dict(ax.tool_open_attributes(event, self._mask))
+        attrs = ax.tool_open_attributes(event, self._mask)
         parent = self._owner(event, attrs)
         tool_name = ax.text(event.get("toolName"), self._mask)
         if isinstance(call_id, str):
@@ -571,7 +591,7 @@ class SpanMapper:
             ns,
             ax.tool_close_attributes(event, self._mask),
             event.get("outcome"),
-            error_type=ax.error_type(event, self._mask),
+            error_source=event,
         )
 
 
