@@ -8,6 +8,7 @@ adjustment taken from ``spec/otel-mapping.md``; nothing else may differ.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -94,7 +95,7 @@ def _segment_last_ms(events: list[dict[str, Any]]) -> dict[int, int]:
             seen.add(e["spanId"])
             bounds.append(i)
     bounds.append(len(events))
-    for a, b in zip(bounds, bounds[1:], strict=False):
+    for a, b in itertools.pairwise(bounds):
         last = _ts_ms(events[b - 1])
         for e in events[a:b]:
             out[id(e)] = last

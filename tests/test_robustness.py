@@ -149,7 +149,7 @@ def test_a_failing_source_and_a_rejecting_result_never_fail_the_export() -> None
 
             return fail()
 
-        def on(self, type: str, callback: Any) -> Any:
+        def on(self, kind: str, callback: Any) -> Any:
             return lambda: None
 
     recorder = Recorder()

@@ -60,7 +60,7 @@ class RunHandle(Protocol):
     @property
     def result(self) -> Awaitable[RunOutcome]: ...
 
-    def on(self, type: str, callback: Listener) -> Callable[[], None]: ...
+    def on(self, type: str, callback: Listener) -> Callable[[], None]: ...  # noqa: A002 - the seed's name
 
 
 def event_field(event: EventLike, wire_name: str) -> Any:
@@ -199,9 +199,8 @@ class RecordedRunHandle:
             if index < len(self._buffer):
                 yield self._buffer[index]
                 index += 1
-            elif not await self._pull():
-                if index >= len(self._buffer):
-                    return
+            elif not await self._pull() and index >= len(self._buffer):
+                return
 
     def iter_sync(self) -> Iterator[EventLike]:
         """Synchronous iteration for sync sources (raises for an async source)."""

@@ -104,7 +104,7 @@ async def to_otel(
     outcome: RunOutcome | BaseException
     try:
         outcome = await run.result
-    except BaseException as exc:  # noqa: BLE001 - a rejected result is a fact, not a failure
+    except BaseException as exc:
         if not isinstance(exc, Exception):
             raise
         outcome = exc
