@@ -24,9 +24,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.errors import ConfigError, RunNotFoundError, SourceError
-from rulvar_otel.otel import to_otel
+from rulvar_otel.otel import export_events, to_otel
 from rulvar_otel.sources.sse import ReconnectPolicy, ServerRunHandle, follow_server_run
 from tests._fixtures import STREAMS, events
+from tests._otel_harness import Recorder, provider
 
 DropMode = Literal["none", "slow", "midframe", "clean"]
 FAST = ReconnectPolicy(initial_backoff_s=0.001, max_backoff_s=0.01, max_attempts=5, read_timeout_s=10)
@@ -302,11 +303,22 @@ async def test_not_live_stops_retrying_and_takes_the_status_outcome() -> None:
         handle = follow_server_run(server.url, run_id, policy=FAST)
         got = await drain(handle)
         outcome = await handle.result
-    assert got == []
     assert [n.kind for n in handle.notes] == ["not-live"]
     assert handle.stats.not_live and handle.stats.connections == 1 and handle.stats.reconnects == 0
     assert outcome.status == "ok" and isinstance(outcome.envelope, dict)
     assert outcome.envelope["provenance"] == "journal"
+    # No event ever streams, so the terminal facts become a run span's pair of events.
+    assert [e["type"] for e in got] == ["run:start", "run:end"]
+    assert got[1]["status"] == "ok" and got[1]["envelope"] == outcome.envelope
+    assert got[0]["workflow"] == run.status["workflow"]
+    recorder = Recorder()
+    assert export_events(got, provider(recorder).get_tracer("t"), outcome=outcome) == 1
+    (span,) = recorder.ended
+    assert span.name == f"run {run.status['workflow']}"
+    assert (
+        span.attributes is not None
+        and span.attributes["rulvar.run.total_usd"] == outcome.envelope["totalUsd"]
+    )
 
 
 async def test_not_live_without_a_settled_terminal_keeps_terminal_unavailable() -> None:

@@ -26,6 +26,7 @@ import asyncio
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Final, Literal
 from urllib.parse import quote, urlsplit
 
@@ -159,6 +160,33 @@ async def fetch_run_status(
     if not isinstance(body, dict):
         raise SourceError(f"GET /runs/{run_id} on {server} did not answer a JSON object")
     return body
+
+
+def terminal_facts_events(
+    run_id: str, outcome: RunOutcome, now: datetime | None = None
+) -> list[dict[str, Any]]:
+    """A run span's worth of events built from ``GET /runs/:id`` alone.
+
+    A run that is not live in the server's process never streams an event, but its terminal facts
+    (status, envelope, completion) are still worth a span. They carry no time of their own, so the
+    pair is stamped with the time they were read.
+    """
+    stamp = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    extra = outcome.model_extra or {}
+    workflow = extra.get("workflow")
+    base = {"runId": run_id, "ts": stamp, "spanId": "run-status"}
+    end: dict[str, Any] = {**base, "seq": 1, "type": "run:end", "status": outcome.status}
+    envelope = outcome.envelope
+    if isinstance(envelope, Mapping):
+        end["envelope"] = dict(envelope)
+        if isinstance(total := envelope.get("totalUsd"), int | float):
+            end["totalUsd"] = total
+        if isinstance(workflow, str) is False and isinstance(envelope.get("workflow"), str):
+            workflow = envelope["workflow"]
+    if outcome.completion is not None:
+        end["completion"] = outcome.completion
+    start = {**base, "seq": 0, "type": "run:start", "workflow": workflow, "resumed": False}
+    return [start, end]
 
 
 class _DisconnectError(Exception):
@@ -315,6 +343,13 @@ class ServerRunHandle:
                         self.stats.reconnects += 1
                         await self._sleep(policy.backoff(failures))
                 self._outcome = await self._terminal_outcome(client)
+                if (
+                    self.stats.not_live
+                    and self.stats.delivered == 0
+                    and isinstance(self._outcome, RunOutcome)
+                ):
+                    for event in terminal_facts_events(self._run_id, self._outcome):
+                        yield event
             except BaseException as exc:
                 if self._outcome is None:
                     self._outcome = (
