@@ -280,6 +280,7 @@ class Engine:
         determinism_mode: str = "warn",
         determinism_allow: Sequence[str] = (),
         sleep: Callable[[float], Awaitable[None]] | None = None,
+        max_spawn_units: int = 500,
     ) -> None:
         if not adapters:
             raise ConfigError("create_engine needs at least one model adapter")
@@ -318,6 +319,7 @@ class Engine:
         self.determinism_mode = determinism_mode
         self.determinism_allow = tuple(determinism_allow)
         self.sleep: Callable[[float], Awaitable[None]] = sleep or asyncio.sleep
+        self.max_spawn_units = max_spawn_units
 
     def resolve_model(self, model: str | None) -> tuple[str, ModelAdapter, str]:
         ref = model or self.default_model
@@ -912,6 +914,7 @@ class Context:
             if run.dry_run:
                 raise ReplayMissError(f"dry-run: child workflow {child.name!r} ({key}) is not journaled")
             run.admit(reserve)
+            run.agents_spawned += 1
             admitted = run.append("child_admit", key, {"workflow": child.name, "scope": scope})
             run.emit(
                 SpawnAdmitted,
@@ -921,10 +924,12 @@ class Context:
                 verdict="admit",
                 agent_type=child.name,
                 logical_task_id=f"{run.run_id}/{scope}",
+                spawn_units_after=max(0, run.engine.max_spawn_units - run.agents_spawned),
                 reserve_usd=reserve,
             )
+        else:
+            run.agents_spawned += 1
         run.emit(ChildStart, span, frame.span_id, replayed=replayed, workflow=child.name, scope=scope)
-        run.agents_spawned += 1
         token = _FRAME.set(_Frame(run, scope, span, frame.span_id, None, child.name))
         status = "error"
         try:
@@ -1002,7 +1007,7 @@ class Context:
         schema_attempts: int = 2,
         reserve_usd: float | None = None,
         permissions: Permissions | None = None,
-        deny_repeated_calls: bool = True,
+        deny_repeated_calls: bool = False,
         tool_caps: Mapping[str, int] | None = None,
         system: str | None = None,
     ) -> Any:
@@ -1122,6 +1127,8 @@ class _AgentRun:
             status, approx, failure = "cancelled", True, exc
         except Exception as exc:  # noqa: BLE001 - an unexpected failure still settles the agent
             error, approx, failure = wire_error("error", f"{type(exc).__name__}: {exc}"), True, exc
+        # Usage is approximate only when a wire call was cut; a pre-wire refusal billed nothing.
+        approx = approx and (status == "cancelled" or self.wire_requests > 0)
         for phase in reversed(self.open_phases):
             self._phase_end(phase, "error")
         self.open_phases.clear()
@@ -1159,7 +1166,12 @@ class _AgentRun:
             )
         )
         exploration = None
-        if self.spec.tools:
+        # The guard counters ride agent:end whenever an exploration limit was configured.
+        if (
+            self.spec.deny_repeated_calls
+            or self.spec.tool_caps
+            or any(t.max_calls is not None for t in self.spec.tools)
+        ):
             exploration = {
                 "toolCallsUsed": self.explore["toolCallsUsed"],
                 "distinctSignatures": len(self.signatures),
@@ -1686,16 +1698,17 @@ class _AgentRun:
         run = self.run
         akey = f"{self.key}/approval/{call.id}"
         pending = run.lookup("approval_pending", akey)
+        replayed = pending is not None
         if pending is not None:
             closing = run.resolution_of(pending.seq)
             if closing is not None:
                 return closing.data.get("value")
-            self.emit_tool(ApprovalPending, replayed=True, tool_name=call.name, entry_ref=pending.seq)
         else:
             pending = run.append("approval_pending", akey, {"toolName": call.name, "toolCallId": call.id})
-            self.emit_tool(ApprovalPending, tool_name=call.name, entry_ref=pending.seq)
+        # Registered before the event goes out: a listener may answer from inside the emit.
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         run.waits[pending.seq] = _Wait("approval", pending.seq, (call.id, f"approval:{call.id}"), future)
+        self.emit_tool(ApprovalPending, replayed=replayed, tool_name=call.name, entry_ref=pending.seq)
         try:
             return await future
         finally:
