@@ -13,7 +13,7 @@ from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from rulvar_otel.core.events import EventModel
+from rulvar_otel.core.events import EventModel, event_to_wire
 from rulvar_otel.errors import RunRejectedError, SourceError
 
 __all__ = [
@@ -66,14 +66,13 @@ class RunHandle(Protocol):
 def event_field(event: EventLike, wire_name: str) -> Any:
     """Read one wire-named field from either event form (None when absent)."""
     if isinstance(event, EventModel):
-        return event_wire_view(event).get(wire_name)
+        # The envelope fields are plain attributes: no need to dump the whole model for them.
+        if wire_name == "type":
+            return event.type
+        if wire_name == "runId":
+            return event.run_id
+        return event_to_wire(event).get(wire_name)
     return event.get(wire_name)
-
-
-def event_wire_view(event: EventModel) -> dict[str, Any]:
-    from rulvar_otel.core.events import event_to_wire
-
-    return event_to_wire(event)
 
 
 def outcome_from_json(data: Mapping[str, Any]) -> RunOutcome | RunRejectedError:
@@ -159,7 +158,7 @@ class RecordedRunHandle:
                 self._run_id = rid
         kind = event_field(event, "type")
         if kind == "run:end":
-            self._last_run_end = event if isinstance(event, Mapping) else event_wire_view(event)
+            self._last_run_end = event if isinstance(event, Mapping) else event_to_wire(event)
         for cb in (*self._listeners.get(kind, ()), *self._listeners.get("*", ())):  # type: ignore[arg-type]
             try:
                 cb(event)
