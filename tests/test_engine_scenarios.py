@@ -37,7 +37,7 @@ from rulvar_otel.core.engine import (
     tool,
     workflow,
 )
-from rulvar_otel.core.events import Usage, event_to_wire
+from rulvar_otel.core.events import event_to_wire
 from rulvar_otel.core.handle import RunOutcome
 from tests import _fixtures
 from tests._otel_harness import export
