@@ -60,7 +60,7 @@ def engine_for(store: JsonlJournalStore, adapter: ScriptedAdapter) -> Any:
 def test_kill_and_resume_replays_completed_calls_with_zero_adapter_calls(tmp_path: Path) -> None:
     async def scenario() -> None:
         full = JsonlJournalStore(tmp_path / "full")
-        events, outcome = await settle(engine_for(full, pipeline_adapter()).run(pipeline, {}, run_id="r1"))
+        _, outcome = await settle(engine_for(full, pipeline_adapter()).run(pipeline, {}, run_id="r1"))
         assert outcome.status == "ok"
         # Simulate a crash in the middle of the second agent: keep the journal up to its first turn
         # and first tool result, plus a torn half-written line.
@@ -149,7 +149,8 @@ def test_dry_run_of_an_unjournaled_step_is_a_typed_miss_and_unknown_runs_are_ref
             assert "missing" in str(exc)
         else:
             raise AssertionError("resume of an unknown run must raise")
-        _, outcome = await settle(engine.run(pipeline, {}, run_id="r2"))
+        _, first = await settle(engine.run(pipeline, {}, run_id="r2"))
+        assert first.status == "ok"
         lines = (tmp_path / "r2.jsonl").read_text().splitlines()
         (tmp_path / "r3.jsonl").write_text("\n".join(lines[:3]).replace('"r2"', '"r3"') + "\n")
         _, dry = await settle(engine_for(store, pipeline_adapter()).resume("r3", pipeline, dry_run=True))
