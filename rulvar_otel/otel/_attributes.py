@@ -1,14 +1,16 @@
-"""Pure attribute extraction: ``event -> (key, value)`` pairs.
+"""Pure attribute extraction: ``event -> {key: value}``.
 
-Nothing here holds state or touches OpenTelemetry; the span state machine in ``_mapper`` decides
-which span the pairs land on. Every string value passes the caller's masker.
+Nothing here holds state (beyond memos of key spellings) or touches OpenTelemetry; the span state
+machine in ``_mapper`` decides which span the attributes land on. Every string value passes the
+caller's masker. Each function returns a fresh dict in a fixed key order: plain dict building, no
+generators, since these run several times per event on the export's hot path.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeAlias, TypeGuard
 
 import orjson
@@ -31,7 +33,7 @@ __all__ = [
 ]
 
 AttrValue: TypeAlias = str | bool | int | float | tuple[int | float, ...]
-Pair: TypeAlias = tuple[str, AttrValue]
+Attrs: TypeAlias = dict[str, AttrValue]
 Masker: TypeAlias = Callable[[str], str]
 
 UNKNOWN: Final = "(unknown)"
@@ -47,16 +49,21 @@ _EVENT_SKIP: Final = frozenset(
 _DETERMINISM_OWN: Final = frozenset({"category", "provenance", "file", "line"})
 
 _CAMEL_BOUNDARY: Final = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-_snake_cache: dict[str, str] = {}
+# Field name -> its full span-event attribute key; field names repeat in every event of a type.
+_event_key_cache: dict[str, str] = {}
 
 
 def _snake(name: str) -> str:
-    out = _snake_cache.get(name)
-    if out is None:
-        out = _CAMEL_BOUNDARY.sub("_", name).replace("-", "_").replace(":", "_").lower()
-        if len(_snake_cache) < 4096:
-            _snake_cache[name] = out
-    return out
+    return _CAMEL_BOUNDARY.sub("_", name).replace("-", "_").replace(":", "_").lower()
+
+
+def _event_key(field: str) -> str:
+    key = _event_key_cache.get(field)
+    if key is None:
+        key = sc.EVENT_FIELD_PREFIX + _snake(field)
+        if len(_event_key_cache) < 4096:
+            _event_key_cache[field] = key
+    return key
 
 
 def _is_int(value: object) -> TypeGuard[int]:
@@ -83,117 +90,132 @@ def compact_json(value: object) -> str:
     return orjson.dumps(value).decode()
 
 
-def _usage_pairs(usage: object) -> Iterator[Pair]:
+_USAGE_FIELDS: Final = (
+    ("inputTokens", sc.GEN_AI_USAGE_INPUT_TOKENS),
+    ("outputTokens", sc.GEN_AI_USAGE_OUTPUT_TOKENS),
+    ("cacheReadTokens", sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS),
+    ("cacheWriteTokens", sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS),
+    ("reasoningTokens", sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS),
+)
+
+
+def _add_usage(out: Attrs, usage: object) -> None:
     if not isinstance(usage, Mapping):
         return
     u: Mapping[str, Any] = usage  # pyright: ignore[reportUnknownVariableType]
-    if _is_number(inp := u.get("inputTokens")):
-        yield sc.GEN_AI_USAGE_INPUT_TOKENS, inp
-    if _is_number(out := u.get("outputTokens")):
-        yield sc.GEN_AI_USAGE_OUTPUT_TOKENS, out
-    if _is_number(cr := u.get("cacheReadTokens")):
-        yield sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, cr
-    if _is_number(cw := u.get("cacheWriteTokens")):
-        yield sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS, cw
-    if _is_number(rs := u.get("reasoningTokens")):
-        yield sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, rs
+    for field, key in _USAGE_FIELDS:
+        value = u.get(field)
+        if type(value) is int or type(value) is float:
+            out[key] = value
 
 
-def _model_pairs(event: Mapping[str, Any], mask: Masker) -> Iterator[Pair]:
+def _model_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
     agent_type = event.get("agentType")
-    yield sc.AGENT_TYPE, text(agent_type, mask)
     model = event.get("model")
     masked_model = text(model, mask)
-    yield sc.GEN_AI_REQUEST_MODEL, masked_model
-    yield sc.GEN_AI_OPERATION_NAME, text(event.get("role"), mask)
+    out: Attrs = {
+        sc.AGENT_TYPE: text(agent_type, mask),
+        sc.GEN_AI_REQUEST_MODEL: masked_model,
+        sc.GEN_AI_OPERATION_NAME: text(event.get("role"), mask),
+    }
     # Derived from the masked ref, so a credential in the ref cannot leak through the split.
     if isinstance(model, str) and ":" in masked_model:
         provider = masked_model.split(":", 1)[0]
         if provider:
-            yield sc.GEN_AI_PROVIDER_NAME, provider
+            out[sc.GEN_AI_PROVIDER_NAME] = provider
     if isinstance(agent_type, str) and agent_type:
-        yield sc.GEN_AI_AGENT_NAME, mask(agent_type)
+        out[sc.GEN_AI_AGENT_NAME] = mask(agent_type)
+    return out
 
 
-def agent_open_attributes(event: Mapping[str, Any], mask: Masker) -> Iterator[Pair]:
-    yield from _model_pairs(event, mask)
+def agent_open_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
+    return _model_attributes(event, mask)
 
 
-def invocation_open_attributes(event: Mapping[str, Any], mask: Masker) -> Iterator[Pair]:
-    yield from _model_pairs(event, mask)
+def invocation_open_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
+    out = _model_attributes(event, mask)
     invocation = event.get("invocation")
     if _is_number(invocation):
-        yield sc.INVOCATION, invocation
+        out[sc.INVOCATION] = invocation
     elif isinstance(invocation, str):
-        yield sc.INVOCATION, mask(invocation)
+        out[sc.INVOCATION] = mask(invocation)
+    return out
 
 
 def _money(value: object) -> TypeGuard[int | float]:
     return _is_number(value) and math.isfinite(value)
 
 
-def agent_close_attributes(event: Mapping[str, Any]) -> Iterator[Pair]:
-    yield from _usage_pairs(event.get("usage"))
+def agent_close_attributes(event: Mapping[str, Any]) -> Attrs:
+    out: Attrs = {}
+    _add_usage(out, event.get("usage"))
     if _money(cost := event.get("costUsd")):
-        yield sc.COST_USD, cost
+        out[sc.COST_USD] = cost
     if _is_number(retry := event.get("retryCount")):
-        yield sc.RETRY_COUNT, retry
+        out[sc.RETRY_COUNT] = retry
     exploration = event.get("exploration")
     if isinstance(exploration, Mapping):
         ex: Mapping[str, Any] = exploration  # pyright: ignore[reportUnknownVariableType]
         for field, key in sc.EXPLORATION_FIELDS:
             if _is_number(value := ex.get(field)):
-                yield key, value
+                out[key] = value
+    return out
 
 
-def invocation_close_attributes(event: Mapping[str, Any]) -> Iterator[Pair]:
-    yield from _usage_pairs(event.get("usage"))
+def invocation_close_attributes(event: Mapping[str, Any]) -> Attrs:
+    out: Attrs = {}
+    _add_usage(out, event.get("usage"))
     if _money(cost := event.get("costUsd")):
-        yield sc.COST_USD, cost
+        out[sc.COST_USD] = cost
     if _is_number(retries := event.get("retries")):
-        yield sc.RETRIES, retries
+        out[sc.RETRIES] = retries
+    return out
 
 
-def tool_open_attributes(event: Mapping[str, Any], mask: Masker) -> Iterator[Pair]:
+def tool_open_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
     name = text(event.get("toolName"), mask)
-    yield sc.TOOL_NAME, name
-    yield sc.GEN_AI_TOOL_NAME, name
-    yield sc.GEN_AI_OPERATION_NAME, sc.GEN_AI_OPERATION_EXECUTE_TOOL
+    out: Attrs = {
+        sc.TOOL_NAME: name,
+        sc.GEN_AI_TOOL_NAME: name,
+        sc.GEN_AI_OPERATION_NAME: sc.GEN_AI_OPERATION_EXECUTE_TOOL,
+    }
     call_id = event.get("toolCallId")
     if isinstance(call_id, str):
         masked = mask(call_id)
-        yield sc.TOOL_CALL_ID, masked
-        yield sc.GEN_AI_TOOL_CALL_ID, masked
+        out[sc.TOOL_CALL_ID] = masked
+        out[sc.GEN_AI_TOOL_CALL_ID] = masked
+    return out
 
 
-def tool_close_attributes(event: Mapping[str, Any], mask: Masker) -> Iterator[Pair]:
+def tool_close_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
     guard = event.get("guard")
-    if isinstance(guard, str):
-        yield sc.TOOL_GUARD, mask(guard)
+    return {sc.TOOL_GUARD: mask(guard)} if isinstance(guard, str) else {}
 
 
-def run_close_attributes(event: Mapping[str, Any], mask: Masker) -> Iterator[Pair]:
+def run_close_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
+    out: Attrs = {}
     completion = event.get("completion")
     if isinstance(completion, str):
-        yield sc.RUN_COMPLETION, mask(completion)
+        out[sc.RUN_COMPLETION] = mask(completion)
     for field, key in sc.RUN_JSON_FACTS:
         if field in event and event[field] is not None:
             try:
-                yield key, mask(compact_json(event[field]))
+                out[key] = mask(compact_json(event[field]))
             except (TypeError, orjson.JSONEncodeError):
                 continue
     envelope = event.get("envelope")
     if isinstance(envelope, Mapping):
         env: Mapping[str, Any] = envelope  # pyright: ignore[reportUnknownVariableType]
         if _money(total := env.get("totalUsd")):
-            yield sc.RUN_TOTAL_USD, total
+            out[sc.RUN_TOTAL_USD] = total
         if _is_number(spawned := env.get("agentsSpawned")):
-            yield sc.RUN_AGENTS_SPAWNED, spawned
+            out[sc.RUN_AGENTS_SPAWNED] = spawned
     if event.get("settled") is False:
-        yield sc.RUN_SETTLED, False
+        out[sc.RUN_SETTLED] = False
         reason = event.get("settledReason")
         if isinstance(reason, str):
-            yield sc.RUN_SETTLED_REASON, mask(reason)
+            out[sc.RUN_SETTLED_REASON] = mask(reason)
+    return out
 
 
 def error_type(event: Mapping[str, Any], mask: Masker) -> str | None:
@@ -215,40 +237,43 @@ def error_type(event: Mapping[str, Any], mask: Masker) -> str | None:
     return mask(code) if isinstance(code, str) and code else None
 
 
-def event_attributes(event: Mapping[str, Any], mask: Masker) -> Iterator[Pair]:
+def event_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
     """Attributes of a payload-only event become span-event attributes (content excluded)."""
+    out: Attrs = {}
     seq = event.get("seq")
-    if _is_number(seq):
-        yield sc.ENTRY_SEQ, seq
-    kind = event.get("type")
-    determinism = kind == "determinism:warning"
+    if type(seq) is int or type(seq) is float:
+        out[sc.ENTRY_SEQ] = seq
+    determinism = event.get("type") == "determinism:warning"
     if determinism:
         if isinstance(category := event.get("category"), str):
-            yield sc.DETERMINISM_CATEGORY, mask(category)
+            out[sc.DETERMINISM_CATEGORY] = mask(category)
         if isinstance(provenance := event.get("provenance"), str):
-            yield sc.DETERMINISM_PROVENANCE, mask(provenance)
+            out[sc.DETERMINISM_PROVENANCE] = mask(provenance)
         if isinstance(file := event.get("file"), str):
-            yield sc.CODE_FILEPATH, mask(file)
+            out[sc.CODE_FILEPATH] = mask(file)
         if _is_int(line := event.get("line")):
-            yield sc.CODE_LINENO, line
+            out[sc.CODE_LINENO] = line
+    skip = _EVENT_SKIP
     for field, value in event.items():
-        if field in _EVENT_SKIP or (determinism and field in _DETERMINISM_OWN):
+        if field in skip or (determinism and field in _DETERMINISM_OWN):
             continue
-        if isinstance(value, str):
-            yield sc.EVENT_FIELD_PREFIX + _snake(field), mask(value)
-        elif isinstance(value, bool) or _is_number(value):
-            yield sc.EVENT_FIELD_PREFIX + _snake(field), value
+        kind = type(value)
+        if kind is int or kind is float or kind is bool:
+            out[_event_key(field)] = value
+        elif isinstance(value, str):
+            out[_event_key(field)] = mask(value)
         elif field == "error":
             if isinstance(value, Mapping):
                 err: Mapping[str, Any] = value  # pyright: ignore[reportUnknownVariableType]
                 if isinstance(code := err.get("code"), str):
-                    yield sc.EVENT_FIELD_PREFIX + "error_code", mask(code)
+                    out[sc.EVENT_FIELD_PREFIX + "error_code"] = mask(code)
                 if isinstance(retryable := err.get("retryable"), bool):
-                    yield sc.EVENT_FIELD_PREFIX + "error_retryable", retryable
+                    out[sc.EVENT_FIELD_PREFIX + "error_retryable"] = retryable
         elif isinstance(value, list) and value:
             items: list[Any] = value  # pyright: ignore[reportUnknownVariableType]
             if all(_is_int(item) for item in items):
-                yield sc.EVENT_FIELD_PREFIX + _snake(field), tuple(items)
+                out[_event_key(field)] = tuple(items)
             elif all(_is_number(item) for item in items):
                 # OTel arrays are homogeneous: a mixed int/float array goes out as floats.
-                yield sc.EVENT_FIELD_PREFIX + _snake(field), tuple(float(item) for item in items)
+                out[_event_key(field)] = tuple(float(item) for item in items)
+    return out

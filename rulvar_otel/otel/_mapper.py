@@ -38,6 +38,8 @@ _OK_VALUES: Final = frozenset({"ok", "skipped"})
 _STATUS_OK: Final = Status(StatusCode.OK)
 _STATUS_ERROR: Final = Status(StatusCode.ERROR)
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+# Bound on the per-export memo of masked strings (ids, names and statuses repeat in every event).
+_MASK_MEMO_LIMIT: Final = 8192
 
 
 class EventObserver(Protocol):
@@ -92,7 +94,7 @@ class SpanMapper:
         observers: Iterable[EventObserver] = (),
     ) -> None:
         self._tracer = tracer
-        self._mask: Callable[[str], str] = masker.mask_flat
+        self._mask: Callable[[str], str] = _memo(masker.mask_flat)
         self._run_id = run_id
         self._masked_run_id = self._mask(run_id) if run_id is not None else None
         self._observers = tuple(observers)
@@ -240,14 +242,11 @@ class SpanMapper:
             attrs[sc.REPLAYED] = True
         if attributes:
             attrs.update(attributes)
-        if parent is None:
-            context = Context()
-        else:
-            context = parent.child_context
-            if context is None:
-                context = parent.child_context = trace.set_span_in_context(
-                    parent.span or NonRecordingSpan(parent.context)
-                )
+        context: Context | None = Context() if parent is None else parent.child_context
+        if context is None and parent is not None:
+            context = parent.child_context = trace.set_span_in_context(
+                parent.span or NonRecordingSpan(parent.context)
+            )
         token = SPAN_IDENTITY.set((self._run_id or "", identity))
         try:
             span = self._tracer.start_span(name, context=context, attributes=attrs, start_time=ns)
@@ -602,6 +601,23 @@ def _scope_closed(rec: _Rec) -> bool:
             return True
         node = node.parent
     return False
+
+
+def _memo(mask: Callable[[str], str]) -> Callable[[str], str]:
+    """``mask`` behind a plain dict: one lookup per repeated string instead of the masker's checks."""
+    memo: dict[str, str] = {}
+    lookup = memo.get
+
+    def masked(text: str) -> str:
+        out = lookup(text)
+        if out is None:
+            out = mask(text)
+            if len(memo) >= _MASK_MEMO_LIMIT:
+                memo.clear()
+            memo[text] = out
+        return out
+
+    return masked
 
 
 def _hashable(value: object) -> object:

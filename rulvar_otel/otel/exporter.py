@@ -67,10 +67,12 @@ def export_events(
     mapper = create_mapper(tracer, patterns=patterns, meter=meter, run_id=run_id)
     feed = mapper.feed
     last_run_end: Mapping[str, Any] | None = None
+    derive = outcome is None
     for event in events:
-        wire = _wire(event)
+        # Parsed JSON is a plain dict: skip the Mapping ABC check on the hot path.
+        wire = event if type(event) is dict else _wire(event)
         feed(wire)
-        if outcome is None and wire.get("type") == "run:end":
+        if derive and wire.get("type") == "run:end":
             last_run_end = wire
     if outcome is None:
         outcome = _derived_outcome(last_run_end)
