@@ -189,3 +189,27 @@ def test_importing_the_core_loads_no_otel_network_or_terminal_library() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@workflow("library-clock")
+async def library_clock(ctx: Any, args: Any) -> Any:
+    import time
+    import uuid
+
+    uuid.uuid1()  # the standard library reads the clock itself: exempt
+    first = time.time()
+    second = time.time()  # the same (category, provenance) is reported once per segment
+    return second >= first
+
+
+async def test_determinism_exempts_libraries_reports_once_and_honours_the_allowlist() -> None:
+    handle = engine().run(library_clock, {})
+    await handle.result
+    warnings = [e async for e in handle.events if e.type == "determinism:warning"]
+    assert [(w.category, w.provenance) for w in warnings] == [("bare-date-now", "workflow")]
+    allowed = engine(determinism_allow=[__file__]).run(library_clock, {})
+    await allowed.result
+    assert [e.provenance async for e in allowed.events if e.type == "determinism:warning"] == ["allowlisted"]
+    quiet = engine(determinism_mode="off").run(library_clock, {})
+    await quiet.result
+    assert not [e async for e in quiet.events if e.type == "determinism:warning"]
