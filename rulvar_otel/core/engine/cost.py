@@ -61,6 +61,9 @@ class AgentRecord:
     slices: list[Slice] = field(default_factory=list[Slice])
     usage_approx: bool = False
     wire_requests: int = 0
+    # The terminal journal entry's seq: the fold runs in journal order, so a live run and its
+    # replay add the same floats in the same order.
+    order: int = 0
 
 
 class _Camel(BaseModel):
@@ -116,7 +119,7 @@ def fold_cost_report(records: Iterable[AgentRecord]) -> CostReport:
     unpriced: list[UnpricedSlice] = []
     approx = False
     wires = 0
-    for record in records:
+    for record in sorted(records, key=lambda r: r.order):
         approx = approx or record.usage_approx
         wires += record.wire_requests
         phase = record.phase or "unknown"

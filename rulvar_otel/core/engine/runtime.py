@@ -1163,6 +1163,7 @@ class _AgentRun:
                 list(self.slices),
                 approx,
                 self.wire_requests,
+                entry_ref if entry_ref is not None else 1 << 62,
             )
         )
         exploration = None
@@ -1243,6 +1244,7 @@ class _AgentRun:
                 slices,
                 approx,
                 int(data.get("wireRequests") or 0),
+                terminal.seq,
             )
         )
         status = str(data.get("status"))
