@@ -16,7 +16,15 @@ from typing import Any, Final, Protocol
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import NonRecordingSpan, Span, Status, StatusCode, Tracer
+from opentelemetry.trace import (
+    INVALID_SPAN_CONTEXT,
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    Status,
+    StatusCode,
+    Tracer,
+)
 
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import SecretMasker
@@ -69,7 +77,8 @@ class _Rec:
 
     def __init__(self, span: Span, kind: int, start_ns: int, parent: _Rec | None, segment: int) -> None:
         self.span: Span | None = span
-        self.context = span.get_span_context()
+        # Once ended, a context shaped like the export's first one shrinks to its span id.
+        self.context: SpanContext | int = span.get_span_context()
         self.kind = kind
         self.start_ns = start_ns
         self.parent = parent
@@ -80,6 +89,18 @@ class _Rec:
         self.pending_end: int | None = None  # a leftover of an earlier segment, ended at finish
         # The context children start in, built once per parent (and rebuilt once it has ended).
         self.child_context: Context | None = None
+
+
+def _ended_invocation() -> _Rec:
+    rec = _Rec(NonRecordingSpan(INVALID_SPAN_CONTEXT), _INVOCATION, 0, None, -1)
+    rec.span = None
+    rec.ended = True
+    return rec
+
+
+# What a closed invocation's key maps to: "opened and ended" is all a later duplicate needs to know,
+# and dropping the record keeps memory bounded by open spans for invocations.
+_ENDED_INVOCATION: Final = _ended_invocation()
 
 
 class SpanMapper:
@@ -103,6 +124,7 @@ class SpanMapper:
         self._tools_by_id: dict[tuple[str, str], _Rec] = {}
         self._tool_fifo: dict[tuple[str, str], deque[_Rec]] = {}
         self._open: list[_Rec] = []  # start order; ended entries are popped lazily from the top
+        self._open_live = 0  # entries of _open not ended: the list is pruned when mostly ended
         self._scopes: list[_Rec] = []  # phase and child spans in start order, lazily popped
         self._phases: list[_Rec] = []
         self._leftovers: list[_Rec] = []
@@ -110,6 +132,7 @@ class SpanMapper:
         self._first_run: _Rec | None = None
         # The first span of the export: a stream that starts mid-run still lands in one trace.
         self._anchor: _Rec | None = None
+        self._template: SpanContext | None = None  # the anchor's context, for compact ended spans
         self._current_run: _Rec | None = None
         self._segment = -1
         self._last_ns: int | None = None
@@ -245,7 +268,7 @@ class SpanMapper:
         context: Context | None = Context() if parent is None else parent.child_context
         if context is None and parent is not None:
             context = parent.child_context = trace.set_span_in_context(
-                parent.span or NonRecordingSpan(parent.context)
+                parent.span or NonRecordingSpan(self._span_context(parent))
             )
         token = SPAN_IDENTITY.set((self._run_id or "", identity))
         try:
@@ -255,8 +278,15 @@ class SpanMapper:
         rec = _Rec(span, kind, ns, parent, self._segment)
         if self._anchor is None:
             self._anchor = rec
+            if isinstance(rec.context, SpanContext):
+                self._template = rec.context
         self.span_count += 1
-        self._open.append(rec)
+        opened = self._open
+        if len(opened) > 2 * self._open_live + 256:
+            # Ended spans below the top are dead weight: drop them, keeping the start order.
+            opened = self._open = [r for r in opened if not r.ended]
+        opened.append(rec)
+        self._open_live += 1
         if kind != _PHASE and kind != _RUN:
             self._segment_open.setdefault(self._segment, set()).add(rec)
         return rec
@@ -303,6 +333,20 @@ class SpanMapper:
         rec.end_ns = ns
         rec.span = None  # release the SDK span; the context is all a late child needs
         rec.child_context = None
+        self._open_live -= 1
+        # A context in the export's usual shape keeps only its span id (rebuilt on demand).
+        ctx = rec.context
+        template = self._template
+        if (
+            template is not None
+            and isinstance(ctx, SpanContext)
+            and ctx is not template
+            and ctx.trace_id == template.trace_id
+            and ctx.trace_flags == template.trace_flags
+            and ctx.is_remote == template.is_remote
+            and ctx.trace_state is template.trace_state
+        ):
+            rec.context = ctx.span_id
         opened = self._segment_open.get(rec.segment)
         if opened is not None:
             opened.discard(rec)
@@ -322,6 +366,20 @@ class SpanMapper:
         self._end(rec, ns)
 
     # --- lookups --------------------------------------------------------------------------------
+
+    def _span_context(self, rec: _Rec) -> SpanContext:
+        ctx = rec.context
+        if isinstance(ctx, SpanContext):
+            return ctx
+        template = self._template
+        assert template is not None  # only compacted against a template
+        return SpanContext(
+            template.trace_id,
+            ctx,
+            is_remote=template.is_remote,
+            trace_flags=template.trace_flags,
+            trace_state=template.trace_state,
+        )
 
     def _innermost_open(self) -> _Rec | None:
         stack = self._open
@@ -538,6 +596,7 @@ class SpanMapper:
             self._attach_event(event, ns, "agent:phase:end")
             return
         self._close(rec, ns, ax.invocation_close_attributes(event), event.get("outcome"))
+        self._invocations[key] = _ENDED_INVOCATION
 
     def _on_tool_start(self, event: Mapping[str, Any], ns: int) -> None:
         span_id = event.get("spanId")
