@@ -1,0 +1,54 @@
+"""The benchmark command runs end to end in quick mode and prints every figure (no timing asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+STREAM = REPO.parent / "shared" / "fixtures" / "reference" / "streams" / "tools.jsonl"
+
+
+def test_quick_mode_prints_every_figure(tmp_path: Path) -> None:
+    out = tmp_path / "figures.json"
+    command = [sys.executable, "-m", "benchmarks", "--quick", "--stream", str(STREAM), "--rounds", "1"]
+    command += ["--scale", "300,900", "--json", str(out)]
+    done = subprocess.run(
+        command,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = done.stdout
+    for heading in ("== parse+map ==", "== sdk floor ==", "== metrics ==", "== scale ==", "== end to end =="):
+        assert heading in table
+    for phrase in (
+        "parse+map, no-op tracer",
+        "baseline: json.loads",
+        "orjson.loads alone",
+        "exporter, real SDK, pre-parsed",
+        "baseline: floor",
+        "traces + metrics in one pass",
+        "baseline: traces only",
+        "300 events, no-op tracer",
+        "900 events, real SDK",
+        "peak RSS growth",
+        "linear fit",
+        "rulvar-otel export -> OTLP/gRPC",
+    ):
+        assert phrase in table, phrase
+    figures = json.loads(out.read_text())
+    sections = {f["section"] for f in figures}
+    assert sections == {"parse+map", "sdk floor", "metrics", "scale", "end to end"}
+    ratios = [f["ratio"] for f in figures if f["ratio"] is not None]
+    assert ratios and all(r > 0 for r in ratios)
+    # Delivery is a correctness figure, not a timing: every span and span event must arrive.
+    (e2e,) = [f for f in figures if f["section"] == "end to end"]
+    assert e2e["met"] is True, e2e
+    (floor,) = [f for f in figures if f["section"] == "sdk floor"]
+    assert "floor verified" in " ".join(floor["notes"])
