@@ -10,6 +10,7 @@ VENV="${VENV:-.venv}"
 if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install --quiet --upgrade pip
-"$VENV/bin/python" -m pip install --quiet -e .
+quiet_pip() { "$VENV/bin/python" -m pip "$@" 2>&1 | { grep -v '^WARNING: Location' || true; }; }
+quiet_pip install --quiet --upgrade pip
+quiet_pip install --quiet -e .
 "$VENV/bin/rulvar-otel" demo "$@"

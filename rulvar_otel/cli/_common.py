@@ -277,7 +277,6 @@ class _ProgressSink(Protocol):
     def close(self, outcome: Any) -> None: ...
 
 
-
 def _open_progress(mode: str, ceiling_usd: float | None) -> _ProgressSink | None:
     # auto: the live tree on a terminal, append-only lines in pipes and CI (the view decides).
     if mode == "off":
