@@ -24,6 +24,7 @@ __all__ = [
     "event_field",
     "handle_from_events",
     "outcome_from_json",
+    "outcome_from_run_end",
 ]
 
 # Events travel either as typed models (the bundled engine) or as wire-form dicts (recorded
@@ -91,17 +92,24 @@ def outcome_from_json(data: Mapping[str, Any]) -> RunOutcome | RunRejectedError:
     return RunOutcome.model_validate(data)
 
 
-def _outcome_from_stream(last_run_end: Mapping[str, Any] | None) -> RunOutcome:
-    """Without a recorded result: ok exactly when the last run:end says ok and is settled."""
+def outcome_from_run_end(
+    last_run_end: Mapping[str, Any] | None,
+) -> RunOutcome | SourceError | RunRejectedError:
+    """How a run settled when only its stream is known (a JSONL file, an SSE tail).
+
+    Resolved with the last ``run:end``'s status, so it counts as ok exactly when that says ``ok``
+    and is settled; a ``settled: false`` terminal is the rejection the engine raised beside it, and
+    a stream without any ``run:end`` is a :class:`SourceError`. Errors are returned, not raised.
+    """
     if last_run_end is None:
-        raise SourceError("the stream ended without a run:end, and no outcome was given")
+        return SourceError("the stream ended without a run:end, and no outcome was given")
     if last_run_end.get("settled") is False:
-        reason = last_run_end.get("settledReason")
-        raise RunRejectedError(
+        superseded = last_run_end.get("settledReason") == "superseded"
+        return RunRejectedError(
             "superseded: a successor owns settlement"
-            if reason == "superseded"
+            if superseded
             else "settlement failed: nothing durable records this terminal",
-            name="SupersededError" if reason == "superseded" else "SettlementError",
+            name="SupersededError" if superseded else "SettlementError",
         )
     status = last_run_end.get("status")
     return RunOutcome(
@@ -224,16 +232,16 @@ class RecordedRunHandle:
             return self._outcome
         while await self._pull():
             pass
-        return _outcome_from_stream(self._last_run_end)
+        outcome = outcome_from_run_end(self._last_run_end)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
 
     def settle_now(self) -> RunOutcome | BaseException:
         """The outcome as known right now, without awaiting (used by synchronous exporters)."""
         if self._outcome is not None:
             return self._outcome
-        try:
-            return _outcome_from_stream(self._last_run_end)
-        except (SourceError, RunRejectedError) as exc:
-            return exc
+        return outcome_from_run_end(self._last_run_end)
 
     def on(self, type: str, callback: Listener) -> Callable[[], None]:  # noqa: A002 - protocol name
         """Call ``callback`` for each later event of ``type`` (``"*"`` for every type)."""

@@ -10,7 +10,7 @@ from opentelemetry.metrics import Meter
 from opentelemetry.trace import Tracer
 
 from rulvar_otel.core.events import EventModel, event_to_wire
-from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome
+from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome, outcome_from_run_end
 from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
 from rulvar_otel.otel._mapper import EventObserver, SpanMapper
 
@@ -75,7 +75,7 @@ def export_events(
         if derive and wire.get("type") == "run:end":
             last_run_end = wire
     if outcome is None:
-        outcome = _derived_outcome(last_run_end)
+        outcome = outcome_from_run_end(last_run_end)
     return mapper.finish(outcome)
 
 
@@ -111,11 +111,3 @@ async def to_otel(
             raise
         outcome = exc
     return mapper.finish(outcome)
-
-
-def _derived_outcome(last_run_end: Mapping[str, Any] | None) -> RunOutcome | None:
-    """Without a result: resolved ok exactly when the run:end says ok and is settled."""
-    if last_run_end is None or last_run_end.get("settled") is False:
-        return None
-    status = last_run_end.get("status")
-    return RunOutcome(status=status) if isinstance(status, str) else None

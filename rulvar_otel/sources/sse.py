@@ -37,9 +37,9 @@ import orjson
 # this protocol sends ride exactly those, so the lines are split here and comments intercepted.
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
-from rulvar_otel.core.handle import EventLike, RecordedRunHandle, RunOutcome
+from rulvar_otel.core.handle import EventLike, RecordedRunHandle, RunOutcome, outcome_from_run_end
 from rulvar_otel.core.masking import SecretMasker, default_masker, sanitize_terminal_text
-from rulvar_otel.errors import ConfigError, RunNotFoundError, RunRejectedError, SourceError
+from rulvar_otel.errors import ConfigError, RunNotFoundError, SourceError
 from rulvar_otel.sources.jsonl import check_envelope
 
 __all__ = [
@@ -370,23 +370,7 @@ class ServerRunHandle:
         return self._stream_outcome()
 
     def _stream_outcome(self) -> RunOutcome | BaseException:
-        end = self._last_run_end
-        if end is None:
-            return SourceError(f"the stream of run {self._run_id!r} ended without a run:end")
-        if end.get("settled") is False:
-            superseded = end.get("settledReason") == "superseded"
-            return RunRejectedError(
-                "superseded: a successor owns settlement"
-                if superseded
-                else "settlement failed: nothing durable records this terminal",
-                name="SupersededError" if superseded else "SettlementError",
-            )
-        status = end.get("status")
-        return RunOutcome(
-            status=status if isinstance(status, str) else "unknown",
-            envelope=end.get("envelope"),
-            completion=c if isinstance(c := end.get("completion"), str) else None,
-        )
+        return outcome_from_run_end(self._last_run_end)
 
     async def _connection(self, client: httpx.AsyncClient) -> AsyncIterator[dict[str, Any]]:
         headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
