@@ -15,10 +15,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Final
 
-from rulvar_otel.core.events import EventModel, event_to_wire
+from rulvar_otel.core.events import EventModel, event_to_wire, parse_ts_ns
 from rulvar_otel.core.handle import EventLike
 from rulvar_otel.core.masking import SecretMasker, default_masker, sanitize_terminal_text
 
@@ -51,12 +50,8 @@ def wire_of(event: EventLike) -> Mapping[str, Any]:
 
 def parse_ts(value: object) -> float | None:
     """Epoch seconds of an ISO 8601 ``ts`` (None when absent or malformed)."""
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value).timestamp()
-    except ValueError:
-        return None
+    ns = parse_ts_ns(value)
+    return None if ns is None else ns / 1e9
 
 
 def _num(value: object) -> float | None:

@@ -17,13 +17,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Final, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from rulvar_otel.core.events import EventModel, event_to_wire
+from rulvar_otel.core.events import EventModel, event_to_wire, parse_ts_ns
 from rulvar_otel.core.handle import EventLike
 
 __all__ = [
@@ -206,12 +205,8 @@ def _add_usage(into: Usage, more: Usage) -> None:
 
 
 def _ts_ms(value: object) -> float | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return round(datetime.fromisoformat(value).timestamp() * 1000, 3)
-    except ValueError:
-        return None
+    ns = parse_ts_ns(value)
+    return None if ns is None else round(ns / 1e6, 3)
 
 
 def synthesize_span_class(label: str | None) -> SynthesizeClass:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
 from opentelemetry import trace
@@ -26,6 +25,7 @@ from opentelemetry.trace import (
     Tracer,
 )
 
+from rulvar_otel.core.events import parse_ts_ns
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import SecretMasker
 from rulvar_otel.otel import _attributes as ax
@@ -45,7 +45,6 @@ _RUN, _PHASE, _AGENT, _INVOCATION, _TOOL, _CHILD = range(6)
 _OK_VALUES: Final = frozenset({"ok", "skipped"})
 _STATUS_OK: Final = Status(StatusCode.OK)
 _STATUS_ERROR: Final = Status(StatusCode.ERROR)
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 # Bound on the per-export memo of masked strings (ids, names and statuses repeat in every event).
 _MASK_MEMO_LIMIT: Final = 8192
 
@@ -687,12 +686,4 @@ def _ignore(event: Mapping[str, Any], ns: int) -> None:
     """Stream deltas are content: they never become span events."""
 
 
-def _parse_ts(ts: str) -> int | None:
-    try:
-        parsed = datetime.fromisoformat(ts)
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    delta = parsed - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
+_parse_ts = parse_ts_ns
