@@ -73,6 +73,24 @@ def check_envelope(obj: Mapping[str, Any]) -> str | None:
 
     The message names the field and the defect, never the value (a value may be content).
     """
+    # Fast path, one exact-type test per field: what a parser produces for a good line. Anything
+    # else (a missing field, a str subclass, a non-dict mapping) takes the loop below, which both
+    # decides and words the defect.
+    get = obj.get
+    if (
+        type(get("runId")) is str
+        and type(get("seq")) is int
+        and type(get("ts")) is str
+        and type(get("spanId")) is str
+        and type(get("type")) is str
+        and ((parent := get("parentSpanId")) is None or type(parent) is str)
+        and ((replayed := get("replayed")) is None or type(replayed) is bool)
+    ):
+        return None
+    return _envelope_defect(obj)
+
+
+def _envelope_defect(obj: Mapping[str, Any]) -> str | None:
     for field, kind, label in _REQUIRED:
         if field not in obj:
             return f"missing envelope field {field!r}"
@@ -171,15 +189,16 @@ class JsonlEventSource:
         try:
             for line_number, line in enumerate(lines, start=1):
                 self.lines_read = line_number
-                if not line.strip():
-                    continue
                 try:
                     obj = loads(line)
                 except orjson.JSONDecodeError as exc:
+                    # Blank lines are rare: checked only once the parser refused the line.
+                    if not line.strip():
+                        continue
                     # orjson's message carries positions only, never the offending text.
                     self._report(line_number, f"invalid JSON ({exc.msg})")
                     continue
-                if not isinstance(obj, dict):
+                if type(obj) is not dict:
                     self._report(line_number, f"expected a JSON object, got {_type_name(obj)}")
                     continue
                 defect = check_envelope(obj)
