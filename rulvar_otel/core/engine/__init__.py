@@ -13,6 +13,7 @@ from rulvar_otel.core.engine.journal import (
     JsonlJournalStore,
 )
 from rulvar_otel.core.engine.limits import (
+    ConcurrencyGate,
     ExposureGate,
     QuotaDecision,
     QuotaLimiter,
@@ -58,6 +59,7 @@ __all__ = [
     "Engine",
     "EngineRunHandle",
     "ExposureDrainedError",
+    "ConcurrencyGate",
     "ExposureGate",
     "Fail",
     "Hang",

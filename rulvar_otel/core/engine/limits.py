@@ -11,7 +11,14 @@ from typing import Protocol, runtime_checkable
 
 from rulvar_otel.errors import ConfigError
 
-__all__ = ["ExposureGate", "QuotaDecision", "QuotaLimiter", "ScriptedQuota", "TokenWindowQuota"]
+__all__ = [
+    "ConcurrencyGate",
+    "ExposureGate",
+    "QuotaDecision",
+    "QuotaLimiter",
+    "ScriptedQuota",
+    "TokenWindowQuota",
+]
 
 
 @dataclass(frozen=True)
@@ -112,3 +119,46 @@ class ExposureGate:
     async def wait_release(self) -> None:
         self._released.clear()
         await self._released.wait()
+
+
+class ConcurrencyGate:
+    """The engine's concurrency limit: at most ``limit`` live agent dispatches at once.
+
+    Waiters are served first come, first served: a release hands its slot straight to the oldest
+    waiter, so a dispatch arriving later can never overtake one that is already queued.
+    """
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ConfigError("max_concurrency must be >= 1")
+        self.limit = limit
+        self.active = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def try_acquire(self) -> bool:
+        """Take a slot at once when one is free and nobody is queued; False means queue."""
+        if self.active < self.limit and not self._waiters:
+            self.active += 1
+            return True
+        return False
+
+    async def wait(self) -> None:
+        """Queue for a slot (after ``try_acquire`` said no); on return the caller holds one."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # the slot was handed over just as the waiter was cancelled
+            elif waiter in self._waiters:
+                self._waiters.remove(waiter)
+            raise
+
+    def release(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # the slot passes on; ``active`` is unchanged
+                return
+        self.active -= 1

@@ -37,7 +37,7 @@ from rulvar_otel.core.engine.cost import (
     total_usage,
 )
 from rulvar_otel.core.engine.journal import InMemoryJournalStore, JournalEntry, JournalStore
-from rulvar_otel.core.engine.limits import ExposureGate, QuotaLimiter
+from rulvar_otel.core.engine.limits import ConcurrencyGate, ExposureGate, QuotaLimiter
 from rulvar_otel.core.engine.model import (
     AdapterError,
     AgentFailedError,
@@ -62,6 +62,7 @@ from rulvar_otel.core.events import (
     AgentError,
     AgentPhaseEnd,
     AgentPhaseStart,
+    AgentQueued,
     AgentSchemaRetry,
     AgentStart,
     ApprovalPending,
@@ -281,6 +282,7 @@ class Engine:
         determinism_allow: Sequence[str] = (),
         sleep: Callable[[float], Awaitable[None]] | None = None,
         max_spawn_units: int = 500,
+        max_concurrency: int | None = None,
     ) -> None:
         if not adapters:
             raise ConfigError("create_engine needs at least one model adapter")
@@ -320,6 +322,8 @@ class Engine:
         self.determinism_allow = tuple(determinism_allow)
         self.sleep: Callable[[float], Awaitable[None]] = sleep or asyncio.sleep
         self.max_spawn_units = max_spawn_units
+        # One gate for the engine: every run it executes shares the same live-dispatch slots.
+        self.concurrency = ConcurrencyGate(max_concurrency) if max_concurrency is not None else None
 
     def resolve_model(self, model: str | None) -> tuple[str, ModelAdapter, str]:
         ref = model or self.default_model
@@ -411,7 +415,7 @@ def create_engine(
 
     Further options: ``clock``, ``id_factory``, ``default_reserve_usd``, ``max_in_flight_exposure_usd``,
     ``quota``, ``max_denials``, ``permissions``, ``retry``, ``determinism_mode``,
-    ``determinism_allow``, ``sleep``.
+    ``determinism_allow``, ``sleep``, ``max_spawn_units``, ``max_concurrency``.
     """
     return Engine(adapters=adapters, journal=journal, pricing=pricing, redaction=redaction, **options)
 
@@ -1107,6 +1111,19 @@ class _AgentRun:
         run.admit(reserve)
         run.agents_spawned += 1
         self.span = run.mint_span()
+        gate = run.engine.concurrency
+        held = False
+        cut_in_queue: asyncio.CancelledError | None = None
+        if gate is not None:
+            held = gate.try_acquire()
+            if not held:
+                self.emit(AgentQueued)
+                try:
+                    await gate.wait()
+                    held = True
+                except asyncio.CancelledError as exc:
+                    # Still one start/end pair: the dispatch settles cancelled before any work.
+                    cut_in_queue = exc
         self.emit(AgentStart, model=self.spec.model_ref, role=self.spec.role)
         status = "error"
         value: Any = None
@@ -1114,6 +1131,8 @@ class _AgentRun:
         failure: BaseException | None = None
         approx = False
         try:
+            if cut_in_queue is not None:
+                raise cut_in_queue
             value = await self._body()
             status = "ok"
         except asyncio.CancelledError as exc:
@@ -1127,8 +1146,11 @@ class _AgentRun:
             status, approx, failure = "cancelled", True, exc
         except Exception as exc:  # noqa: BLE001 - an unexpected failure still settles the agent
             error, approx, failure = wire_error("error", f"{type(exc).__name__}: {exc}"), True, exc
+        finally:
+            if held and gate is not None:
+                gate.release()
         # Usage is approximate only when a wire call was cut; a pre-wire refusal billed nothing.
-        approx = approx and (status == "cancelled" or self.wire_requests > 0)
+        approx = approx and cut_in_queue is None and (status == "cancelled" or self.wire_requests > 0)
         for phase in reversed(self.open_phases):
             self._phase_end(phase, "error")
         self.open_phases.clear()
