@@ -11,7 +11,9 @@ way (a JSONL file, a server, the bundled engine), and call :func:`export_run` (o
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
+import inspect
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -63,6 +65,7 @@ __all__ = [
     "TreeOption",
     "export_run",
     "export_run_async",
+    "with_export_options",
     "terminal_safe",
 ]
 
@@ -168,6 +171,53 @@ PrometheusPortOption = Annotated[
         help="Also serve run metrics for Prometheus on 127.0.0.1:N while the export runs.",
     ),
 ]
+
+
+# Every export option, in the order --help lists them, with its default.
+_SHARED_OPTIONS: Final[tuple[tuple[str, Any, Any], ...]] = (
+    ("pattern", PatternOption, None),
+    ("endpoint", EndpointOption, None),
+    ("protocol", ProtocolOption, None),
+    ("header", HeaderOption, None),
+    ("out", OutOption, None),
+    ("service_name", ServiceNameOption, None),
+    ("progress", ProgressOption, "auto"),
+    ("tree", TreeOption, None),
+    ("export_timeout", ExportTimeoutOption, None),
+    ("deterministic_ids", DeterministicIdsOption, False),
+    ("metrics_endpoint", MetricsEndpointOption, None),
+    ("prometheus_port", PrometheusPortOption, None),
+)
+
+
+def with_export_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Give a Typer command every export option, delivered as one ``options: ExportOptions``.
+
+    The command declares only its own parameters plus ``options``; the shared ones are added to
+    its signature here, validated together by :meth:`ExportOptions.from_cli` (a bad value exits 2
+    with the message), so every exporting command takes the same options the same way.
+    """
+    signature = inspect.signature(command, eval_str=True)
+    own = [p for p in signature.parameters.values() if p.name != "options"]
+    shared = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
+        for name, annotation, default in _SHARED_OPTIONS
+    ]
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> None:
+        values = {name: kwargs.pop(name) for name, _, _ in _SHARED_OPTIONS}
+        try:
+            options = ExportOptions.from_cli(**values)
+        except ConfigError as exc:
+            print(f"rulvar-otel: error: {terminal_safe(str(exc))}", file=sys.stderr, flush=True)
+            raise typer.Exit(EXIT_USAGE) from None
+        command(options=options, **kwargs)
+
+    parameters = [*own, *shared]
+    wrapper.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in parameters}
+    return wrapper
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,10 +7,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import sys
 from pathlib import Path
-from typing import Annotated, Any, TextIO
+from typing import Annotated, TextIO
 
 import orjson
 import typer
@@ -18,20 +19,10 @@ import typer
 from rulvar_otel.cli._common import (
     EXIT_OK,
     EXIT_USAGE,
-    EndpointOption,
     ExportOptions,
-    ExportTimeoutOption,
-    HeaderOption,
-    MetricsEndpointOption,
-    OutOption,
-    PatternOption,
-    ProgressOption,
-    PrometheusPortOption,
-    ProtocolOption,
-    ServiceNameOption,
-    TreeOption,
     export_run_async,
     terminal_safe,
+    with_export_options,
 )
 from rulvar_otel.core.engine import (
     EngineRunHandle,
@@ -83,14 +74,7 @@ async def _export(handle: EngineRunHandle, options: ExportOptions, events: Path 
     return result.exit_code
 
 
-def _options(**raw: Any) -> ExportOptions:
-    try:
-        return ExportOptions.from_cli(**raw)
-    except ConfigError as exc:
-        _err(f"error: {exc}")
-        raise typer.Exit(EXIT_USAGE) from None
-
-
+@with_export_options
 def demo_command(
     journal: JournalOption = None,
     events: EventsOption = None,
@@ -100,37 +84,15 @@ def demo_command(
     budget_usd: Annotated[
         float | None, typer.Option("--budget-usd", metavar="USD", help="Hard spend ceiling of the run.")
     ] = None,
-    pattern: PatternOption = None,
-    endpoint: EndpointOption = None,
-    protocol: ProtocolOption = None,
-    header: HeaderOption = None,
-    out: OutOption = None,
-    service_name: ServiceNameOption = None,
-    progress: ProgressOption = "auto",
-    tree: TreeOption = None,
-    export_timeout: ExportTimeoutOption = None,
-    metrics_endpoint: MetricsEndpointOption = None,
-    prometheus_port: PrometheusPortOption = None,
+    *,
+    options: ExportOptions,
 ) -> None:
     """Run the bundled multi-agent sample workflow and export its trace live.
 
     No model, network or API key is needed: the sample runs on the scripted adapter. Exit codes:
     0 exported, 1 export failed, 2 usage error.
     """
-    options = _options(
-        endpoint=endpoint,
-        protocol=protocol,
-        header=header,
-        out=out,
-        service_name=service_name,
-        pattern=pattern,
-        progress=progress,
-        tree=tree,
-        export_timeout=export_timeout,
-        metrics_endpoint=metrics_endpoint,
-        prometheus_port=prometheus_port,
-        ceiling_usd=budget_usd,
-    )
+    options = dataclasses.replace(options, ceiling_usd=budget_usd)
 
     async def main() -> int:
         store = JsonlJournalStore(journal) if journal is not None else None
@@ -164,6 +126,7 @@ def _load_workflow(spec: str) -> Workflow:
     return value
 
 
+@with_export_options
 def replay_command(
     run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="The journaled run to replay.")],
     journal: Annotated[Path, typer.Option("--journal", metavar="DIR", help="Journal directory.")],
@@ -176,35 +139,13 @@ def replay_command(
         ),
     ] = None,
     events: EventsOption = None,
-    pattern: PatternOption = None,
-    endpoint: EndpointOption = None,
-    protocol: ProtocolOption = None,
-    header: HeaderOption = None,
-    out: OutOption = None,
-    service_name: ServiceNameOption = None,
-    progress: ProgressOption = "auto",
-    tree: TreeOption = None,
-    export_timeout: ExportTimeoutOption = None,
-    metrics_endpoint: MetricsEndpointOption = None,
-    prometheus_port: PrometheusPortOption = None,
+    *,
+    options: ExportOptions,
 ) -> None:
     """Dry-run resume a journaled run (zero model calls) and export the re-emitted history.
 
     Exit codes: 0 exported, 1 export failed, 2 usage error (unknown run, unknown workflow).
     """
-    options = _options(
-        endpoint=endpoint,
-        protocol=protocol,
-        header=header,
-        out=out,
-        service_name=service_name,
-        pattern=pattern,
-        progress=progress,
-        tree=tree,
-        export_timeout=export_timeout,
-        metrics_endpoint=metrics_endpoint,
-        prometheus_port=prometheus_port,
-    )
 
     async def main() -> int:
         store = JsonlJournalStore(journal)

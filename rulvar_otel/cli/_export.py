@@ -13,21 +13,10 @@ from pydantic import ValidationError
 
 from rulvar_otel.cli._common import (
     EXIT_USAGE,
-    DeterministicIdsOption,
-    EndpointOption,
     ExportOptions,
-    ExportTimeoutOption,
-    HeaderOption,
-    MetricsEndpointOption,
-    OutOption,
-    PatternOption,
-    ProgressOption,
-    PrometheusPortOption,
-    ProtocolOption,
-    ServiceNameOption,
-    TreeOption,
     export_run,
     terminal_safe,
+    with_export_options,
 )
 from rulvar_otel.core.handle import RunOutcome, handle_from_events, outcome_from_json
 from rulvar_otel.errors import ConfigError, RunRejectedError, SourceError, StreamLineError
@@ -78,6 +67,7 @@ def _err(text: str) -> None:
     print(f"rulvar-otel: {terminal_safe(text)}", file=sys.stderr, flush=True)
 
 
+@with_export_options
 def export_command(
     stream: Annotated[str, typer.Argument(metavar="STREAM.jsonl|-", help="Event stream, or - for stdin.")],
     outcome: Annotated[
@@ -89,42 +79,18 @@ def export_command(
             '"outcome"|"error": ...}. Default: derived from the last run:end.',
         ),
     ] = None,
-    pattern: PatternOption = None,
-    endpoint: EndpointOption = None,
-    protocol: ProtocolOption = None,
-    header: HeaderOption = None,
-    out: OutOption = None,
-    service_name: ServiceNameOption = None,
     strict: Annotated[
         bool,
         typer.Option("--strict", help="Fail (exit 2) on the first malformed line instead of skipping it."),
     ] = False,
-    progress: ProgressOption = "auto",
-    tree: TreeOption = None,
-    export_timeout: ExportTimeoutOption = None,
-    metrics_endpoint: MetricsEndpointOption = None,
-    prometheus_port: PrometheusPortOption = None,
-    deterministic_ids: DeterministicIdsOption = False,
+    *,
+    options: ExportOptions,
 ) -> None:
     """Export a recorded Rulvar event stream as one OpenTelemetry trace.
 
     Exit codes: 0 exported, 1 export failed (endpoint refused or unreachable), 2 usage or input error.
     """
     try:
-        options = ExportOptions.from_cli(
-            endpoint=endpoint,
-            protocol=protocol,
-            header=header,
-            out=out,
-            service_name=service_name,
-            pattern=pattern,
-            progress=progress,
-            tree=tree,
-            export_timeout=export_timeout,
-            metrics_endpoint=metrics_endpoint,
-            prometheus_port=prometheus_port,
-            deterministic_ids=deterministic_ids,
-        )
         settled = load_outcome(outcome) if outcome is not None else None
         _refuse_overwriting_the_input(stream, options)
     except ConfigError as exc:

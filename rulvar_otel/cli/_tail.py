@@ -12,6 +12,7 @@ an unknown run, or a server that could not be followed.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Annotated
 
@@ -19,21 +20,10 @@ import typer
 
 from rulvar_otel.cli._common import (
     EXIT_USAGE,
-    DeterministicIdsOption,
-    EndpointOption,
     ExportOptions,
-    ExportTimeoutOption,
-    HeaderOption,
-    MetricsEndpointOption,
-    OutOption,
-    PatternOption,
-    ProgressOption,
-    PrometheusPortOption,
-    ProtocolOption,
-    ServiceNameOption,
-    TreeOption,
     export_run,
     terminal_safe,
+    with_export_options,
 )
 from rulvar_otel.core.masking import compile_secret_masker
 from rulvar_otel.errors import ConfigError
@@ -55,6 +45,7 @@ def _err(text: str) -> None:
     print(f"rulvar-otel: {terminal_safe(text)}", file=sys.stderr, flush=True)
 
 
+@with_export_options
 def tail_command(
     server: Annotated[
         str, typer.Option("--server", metavar="URL", help="The Rulvar server, e.g. http://127.0.0.1:8787.")
@@ -89,38 +80,14 @@ def tail_command(
             "--ceiling-usd", metavar="USD", help="Budget the progress header measures spend against."
         ),
     ] = None,
-    deterministic_ids: DeterministicIdsOption = False,
-    pattern: PatternOption = None,
-    endpoint: EndpointOption = None,
-    protocol: ProtocolOption = None,
-    header: HeaderOption = None,
-    out: OutOption = None,
-    service_name: ServiceNameOption = None,
-    progress: ProgressOption = "auto",
-    tree: TreeOption = None,
-    export_timeout: ExportTimeoutOption = None,
-    metrics_endpoint: MetricsEndpointOption = None,
-    prometheus_port: PrometheusPortOption = None,
+    *,
+    options: ExportOptions,
 ) -> None:
     """Follow a run on a Rulvar server over SSE and export it live as one OpenTelemetry trace."""
+    options = dataclasses.replace(options, ceiling_usd=ceiling_usd)
     try:
-        options = ExportOptions.from_cli(
-            endpoint=endpoint,
-            protocol=protocol,
-            header=header,
-            out=out,
-            service_name=service_name,
-            pattern=pattern,
-            progress=progress,
-            tree=tree,
-            export_timeout=export_timeout,
-            metrics_endpoint=metrics_endpoint,
-            prometheus_port=prometheus_port,
-            ceiling_usd=ceiling_usd,
-            deterministic_ids=deterministic_ids,
-        )
         policy = ReconnectPolicy(max_attempts=max_attempts, read_timeout_s=idle_timeout)
-        masker = compile_secret_masker(pattern or None)
+        masker = compile_secret_masker(options.patterns or None)
 
         def on_note(note: SseNote) -> None:
             # The note text is already masked and sanitized by the source.
