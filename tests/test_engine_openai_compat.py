@@ -25,8 +25,12 @@ from tests.test_engine_scenarios import TickClock, _no_sleep, settle
 API_KEY = "sk-test0123456789abcdefghij"
 
 
+class SSE(list[dict[str, Any]]):
+    """A reply sent as server-sent chat-completion chunks, then ``data: [DONE]``."""
+
+
 class FakeProvider:
-    """Answers each POST from a queue of (status, json body); records every request."""
+    """Answers each POST from a queue of (status, json body or SSE chunks); records every request."""
 
     def __init__(self) -> None:
         self.replies: list[tuple[int, Any]] = []
@@ -39,9 +43,15 @@ class FakeProvider:
                 body = json.loads(self.rfile.read(length))
                 provider.requests.append((self.path, dict(self.headers), body))
                 status, reply = provider.replies.pop(0)
+                kind = "application/json"
                 data = json.dumps(reply).encode()
+                if isinstance(reply, SSE):
+                    kind = "text/event-stream"
+                    data = (
+                        b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in reply) + b"data: [DONE]\n\n"
+                    )
                 self.send_response(status)
-                self.send_header("content-type", "application/json")
+                self.send_header("content-type", kind)
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)

@@ -5,7 +5,7 @@ Everything here is plain data plus exceptions; nothing performs I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -119,6 +119,9 @@ class ModelRequest:
     agent_type: str = ""
     label: str | None = None
     turn: int = 0
+    # Set when the call opted into streaming: an adapter that can stream passes each text delta
+    # here as it arrives (and still returns the whole turn); one that cannot simply ignores it.
+    on_delta: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
 
 
 @runtime_checkable

@@ -65,6 +65,7 @@ from rulvar_otel.core.events import (
     AgentQueued,
     AgentSchemaRetry,
     AgentStart,
+    AgentStream,
     ApprovalPending,
     BudgetExposureWait,
     BudgetUpdate,
@@ -238,6 +239,7 @@ class _AgentSpec:
     deny_repeated_calls: bool
     tool_caps: Mapping[str, int]
     system: str | None
+    stream: bool
 
 
 class _AgentAbortError(Exception):
@@ -1014,6 +1016,7 @@ class Context:
         deny_repeated_calls: bool = False,
         tool_caps: Mapping[str, int] | None = None,
         system: str | None = None,
+        stream: bool = False,
     ) -> Any:
         """Dispatch one agent: a tool loop, optional compaction, finalize and schema extract.
 
@@ -1050,6 +1053,7 @@ class Context:
             deny_repeated_calls=deny_repeated_calls,
             tool_caps=dict(tool_caps or {}),
             system=system,
+            stream=stream,
         )
         return await _AgentRun(run, self._frame(), spec).dispatch()
 
@@ -1095,6 +1099,11 @@ class _AgentRun:
 
     def emit_tool(self, cls: type[EventModel], *, replayed: bool = False, **body: Any) -> None:
         self.run.emit(cls, self.span, self.frame.span_id, replayed=replayed, **body)
+
+    def _delta(self, text: str) -> None:
+        # Live telemetry only: a delta is never journaled, so a replayed turn streams nothing.
+        if isinstance(text, str) and text and not self.run.bus.closed:
+            self.run.emit(AgentStream, self.span, self.frame.span_id, delta=text)
 
     # --- dispatch ---------------------------------------------------------------------------
 
@@ -1445,6 +1454,7 @@ class _AgentRun:
             agent_type=self.spec.agent_type,
             label=self.spec.label,
             turn=self.turns - 1,
+            on_delta=self._delta if self.spec.stream else None,
         )
         attempts = 0
         wires = 0

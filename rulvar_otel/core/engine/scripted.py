@@ -9,6 +9,7 @@ turn answers (by default a short text reply).
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from rulvar_otel.errors import ConfigError
 __all__ = ["Fail", "Hang", "Reply", "ScriptedAdapter", "ToolCalls", "ScriptTurn"]
 
 _DEFAULT_USAGE = Usage(input_tokens=10, output_tokens=5)
+_WORDS = re.compile(r"\s*\S+\s*|\s+")
 
 
 def _usage(value: Usage | tuple[int, int] | None) -> Usage:
@@ -33,10 +35,24 @@ def _usage(value: Usage | tuple[int, int] | None) -> Usage:
 
 @dataclass(frozen=True)
 class Reply:
-    """A text answer (JSON text for an extract turn)."""
+    """A text answer (JSON text for an extract turn).
+
+    A streaming call receives the text as deltas: ``deltas`` when given (they must join to
+    ``text``), else one delta per word with its surrounding whitespace.
+    """
 
     text: str
     usage: Usage | tuple[int, int] | None = None
+    deltas: Sequence[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.deltas is not None and "".join(self.deltas) != self.text:
+            raise ConfigError("Reply.deltas must join to exactly Reply.text")
+
+    def pieces(self) -> list[str]:
+        if self.deltas is not None:
+            return [d for d in self.deltas if d]
+        return _WORDS.findall(self.text)
 
 
 @dataclass(frozen=True)
@@ -140,4 +156,8 @@ class ScriptedAdapter:
                 call_id = call[2] if len(call) == 3 else f"id-{self._minted - 1}-{index}"
                 calls.append(ToolCallRequest(id=call_id, name=call[0], arguments=dict(call[1])))
             return ModelTurn(tool_calls=calls, usage=_usage(step.usage), response_id=response_id)
+        if request.on_delta is not None:
+            for piece in step.pieces():
+                request.on_delta(piece)
+                await asyncio.sleep(0)  # deltas arrive over time: other tasks run in between
         return ModelTurn(text=step.text, usage=_usage(step.usage), response_id=response_id)

@@ -4,12 +4,16 @@
 ``rulvar_otel.core`` stays free of network clients. Every request has bounded timeouts; failures
 become typed :class:`AdapterError` values (``retryable`` for 429, 5xx, timeouts and connection
 failures). Error messages name the status and the endpoint, never the prompt or the response body.
+
+A request that opted into streaming (``ModelRequest.on_delta``) is sent with ``stream: true`` and
+read as server-sent chunks (via ``httpx-sse``): text deltas go to ``on_delta`` as they arrive, tool
+call fragments are joined by index, and ``stream_options.include_usage`` asks for the final usage.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -106,20 +110,7 @@ class OpenAICompatAdapter:
             }
         return body
 
-    async def turn(self, request: ModelRequest) -> ModelTurn:
-        import httpx
-
-        try:
-            response = await self._http().post("/chat/completions", content=orjson.dumps(self._body(request)))
-        except httpx.TimeoutException as exc:
-            raise AdapterError(
-                f"request to {self.base_url} timed out", code="timeout", retryable=True
-            ) from exc
-        except httpx.TransportError as exc:
-            raise AdapterError(
-                f"cannot reach {self.base_url}: {type(exc).__name__}", code="unreachable", retryable=True
-            ) from exc
-        status = response.status_code
+    def _check_status(self, status: int) -> None:
         if status == 429 or status >= 500:
             code = "rate_limited" if status == 429 else "overloaded"
             raise AdapterError(
@@ -131,14 +122,109 @@ class OpenAICompatAdapter:
                 code="bad_request",
                 data={"status": status},
             )
+
+    def _malformed(self, exc: Exception) -> AdapterError:
+        return AdapterError(
+            f"{self.base_url} returned a malformed completion ({type(exc).__name__})",
+            code="malformed_response",
+        )
+
+    async def turn(self, request: ModelRequest) -> ModelTurn:
+        import httpx
+
+        try:
+            if request.on_delta is not None:
+                return await self._stream(request, request.on_delta)
+            response = await self._http().post("/chat/completions", content=orjson.dumps(self._body(request)))
+        except httpx.TimeoutException as exc:
+            raise AdapterError(
+                f"request to {self.base_url} timed out", code="timeout", retryable=True
+            ) from exc
+        except httpx.TransportError as exc:
+            raise AdapterError(
+                f"cannot reach {self.base_url}: {type(exc).__name__}", code="unreachable", retryable=True
+            ) from exc
+        self._check_status(response.status_code)
         try:
             payload = orjson.loads(response.content)
             return _parse(payload)
-        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, ValueError) as exc:
-            raise AdapterError(
-                f"{self.base_url} returned a malformed completion ({type(exc).__name__})",
-                code="malformed_response",
-            ) from exc
+        except _MALFORMED as exc:
+            raise self._malformed(exc) from exc
+
+    async def _stream(self, request: ModelRequest, on_delta: Callable[[str], None]) -> ModelTurn:
+        from httpx_sse import SSEError, aconnect_sse
+
+        body = self._body(request)
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        turn = _StreamedTurn()
+        async with aconnect_sse(
+            self._http(), "POST", "/chat/completions", content=orjson.dumps(body)
+        ) as source:
+            self._check_status(source.response.status_code)
+            try:
+                async for message in source.aiter_sse():
+                    if message.data.strip() == "[DONE]":
+                        break
+                    delta = turn.feed(orjson.loads(message.data))
+                    if delta:
+                        on_delta(delta)
+                return turn.finish()
+            except (SSEError, *_MALFORMED) as exc:
+                raise self._malformed(exc) from exc
+
+
+_MALFORMED = (orjson.JSONDecodeError, KeyError, IndexError, TypeError, ValueError)
+
+
+class _StreamedTurn:
+    """Folds chat-completion chunks into one turn: text, tool calls joined by index, usage."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.usage: Mapping[str, Any] | None = None
+        self.response_id: str | None = None
+        self.model: str | None = None
+
+    def feed(self, chunk: Mapping[str, Any]) -> str:
+        self.response_id = self.response_id or chunk.get("id")
+        self.model = self.model or chunk.get("model")
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        out = ""
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                self.text.append(content)
+                out += content
+            for part in delta.get("tool_calls") or []:
+                call = self.calls.setdefault(int(part["index"]), {"id": None, "name": "", "arguments": ""})
+                if part.get("id"):
+                    call["id"] = str(part["id"])
+                function = part.get("function") or {}
+                call["name"] += function.get("name") or ""
+                call["arguments"] += function.get("arguments") or ""
+        return out
+
+    def finish(self) -> ModelTurn:
+        message: dict[str, Any] = {"content": "".join(self.text) if self.text else None}
+        if self.calls:
+            if any(c["id"] is None for c in self.calls.values()):
+                raise ValueError("a streamed tool call never named its id")
+            message["tool_calls"] = [
+                {"id": c["id"], "function": {"name": c["name"], "arguments": c["arguments"] or "{}"}}
+                for _, c in sorted(self.calls.items())
+            ]
+        return _parse(
+            {
+                "id": self.response_id,
+                "model": self.model,
+                "choices": [{"message": message}],
+                "usage": self.usage or {},
+            }
+        )
 
 
 def _parse(payload: Mapping[str, Any]) -> ModelTurn:
