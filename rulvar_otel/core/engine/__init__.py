@@ -31,6 +31,7 @@ from rulvar_otel.core.engine.model import (
     QuotaExhaustedError,
     ReplayMissError,
     SchemaValidationError,
+    TokenCounter,
     ToolCallRequest,
     WorkflowError,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "ScriptedAdapter",
     "ScriptedQuota",
     "Slice",
+    "TokenCounter",
     "TokenWindowQuota",
     "Tool",
     "ToolCallRequest",

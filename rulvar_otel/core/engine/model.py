@@ -25,6 +25,7 @@ __all__ = [
     "QuotaExhaustedError",
     "ReplayMissError",
     "SchemaValidationError",
+    "TokenCounter",
     "ToolCallRequest",
     "WorkflowError",
     "add_usage",
@@ -135,6 +136,17 @@ class ModelAdapter(Protocol):
     def default_model(self) -> str: ...
 
     async def turn(self, request: ModelRequest) -> ModelTurn: ...
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """An adapter that can count a request's input tokens without dispatching it (optional).
+
+    The engine's ``count_tokens`` policy uses it at admission to size an agent's reserve; the probe
+    is a provider request that is not a model dispatch, reported as ``control:wire``.
+    """
+
+    async def count_tokens(self, request: ModelRequest) -> int: ...
 
 
 class WorkflowError(RulvarOtelError, RuntimeError):

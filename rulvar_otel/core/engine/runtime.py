@@ -49,6 +49,7 @@ from rulvar_otel.core.engine.model import (
     QuotaExhaustedError,
     ReplayMissError,
     SchemaValidationError,
+    TokenCounter,
     ToolCallRequest,
     WorkflowError,
     add_usage,
@@ -71,6 +72,7 @@ from rulvar_otel.core.events import (
     BudgetUpdate,
     ChildEnd,
     ChildStart,
+    ControlWire,
     DeterminismWarning,
     EventModel,
     ExternalWaiting,
@@ -235,6 +237,7 @@ class _AgentSpec:
     extract_model: str
     schema_attempts: int
     reserve_usd: float
+    reserve_explicit: bool
     permissions: Permissions
     deny_repeated_calls: bool
     tool_caps: Mapping[str, int]
@@ -285,6 +288,8 @@ class Engine:
         sleep: Callable[[float], Awaitable[None]] | None = None,
         max_spawn_units: int = 500,
         max_concurrency: int | None = None,
+        count_tokens: str | Callable[[str], bool] = "off",
+        probe_output_tokens: int = 1024,
     ) -> None:
         if not adapters:
             raise ConfigError("create_engine needs at least one model adapter")
@@ -324,6 +329,12 @@ class Engine:
         self.determinism_allow = tuple(determinism_allow)
         self.sleep: Callable[[float], Awaitable[None]] = sleep or asyncio.sleep
         self.max_spawn_units = max_spawn_units
+        if not callable(count_tokens) and count_tokens not in ("off", "on"):
+            raise ConfigError("count_tokens must be 'off', 'on' or a callable(model_ref) -> bool")
+        self.count_tokens = count_tokens
+        if probe_output_tokens < 0:
+            raise ConfigError("probe_output_tokens must be >= 0")
+        self.probe_output_tokens = probe_output_tokens
         # One gate for the engine: every run it executes shares the same live-dispatch slots.
         self.concurrency = ConcurrencyGate(max_concurrency) if max_concurrency is not None else None
 
@@ -417,7 +428,8 @@ def create_engine(
 
     Further options: ``clock``, ``id_factory``, ``default_reserve_usd``, ``max_in_flight_exposure_usd``,
     ``quota``, ``max_denials``, ``permissions``, ``retry``, ``determinism_mode``,
-    ``determinism_allow``, ``sleep``, ``max_spawn_units``, ``max_concurrency``.
+    ``determinism_allow``, ``sleep``, ``max_spawn_units``, ``max_concurrency``, ``count_tokens``,
+    ``probe_output_tokens``.
     """
     return Engine(adapters=adapters, journal=journal, pricing=pricing, redaction=redaction, **options)
 
@@ -1049,6 +1061,7 @@ class Context:
             extract_model=run.engine.resolve_model(extract_model or model_ref)[0],
             schema_attempts=schema_attempts,
             reserve_usd=run.engine.default_reserve_usd if reserve_usd is None else reserve_usd,
+            reserve_explicit=reserve_usd is not None,
             permissions=run.engine.permissions.merged(permissions),
             deny_repeated_calls=deny_repeated_calls,
             tool_caps=dict(tool_caps or {}),
@@ -1088,6 +1101,7 @@ class _AgentRun:
         self.explore = {"toolCallsUsed": 0, "repeatedCalls": 0, "deniedRepeats": 0, "deniedToolCap": 0}
         self.open_phases: list[_Phase] = []
         self.messages: list[dict[str, Any]] = []
+        self.reserve = spec.reserve_usd
 
     # --- events ----------------------------------------------------------------------------
 
@@ -1116,7 +1130,8 @@ class _AgentRun:
             raise ReplayMissError(
                 f"dry-run: agent {self.spec.label or self.spec.agent_type!r} is not journaled"
             )
-        reserve = self.spec.reserve_usd
+        reserve = await self._probe_reserve()
+        self.reserve = reserve
         run.admit(reserve)
         run.agents_spawned += 1
         self.span = run.mint_span()
@@ -1230,6 +1245,58 @@ class _AgentRun:
         if failure is not None:
             raise failure
         return value
+
+    def _control_wire(self, **body: Any) -> None:
+        # On the spawning scope's span: the agent's own span does not exist before admission.
+        self.run.emit(
+            ControlWire,
+            self.frame.span_id,
+            self.frame.parent_span_id,
+            control_kind="countTokens",
+            model=self.spec.model_ref,
+            **body,
+        )
+
+    async def _probe_reserve(self) -> float:
+        """The admission reserve: flat, or priced from a countTokens probe when the policy allows.
+
+        The probe is control egress (``control:wire``), live only and never journaled: a replay
+        admits nothing, so it never probes.
+        """
+        spec = self.spec
+        run = self.run
+        policy = run.engine.count_tokens
+        _, adapter, model_name = run.engine.resolve_model(spec.model_ref)
+        if policy == "off" or spec.reserve_explicit or not isinstance(adapter, TokenCounter):
+            return spec.reserve_usd
+        allowed = policy(spec.model_ref) if callable(policy) else True
+        if not allowed:
+            self._control_wire(outcome="denied")
+            return spec.reserve_usd
+        messages = [{"role": "system", "content": spec.system}] if spec.system else []
+        messages.append({"role": "user", "content": spec.prompt})
+        request = ModelRequest(
+            model=model_name,
+            role=spec.role,
+            messages=messages,
+            tools=[t.spec() for t in spec.tools],
+            agent_type=spec.agent_type,
+            label=spec.label,
+        )
+        try:
+            with determinism.suppressed():
+                counted = int(await adapter.count_tokens(request))
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - a refused probe admits on the flat reserve instead
+            self._control_wire(outcome="failed")
+            return spec.reserve_usd
+        self._control_wire(outcome="ok", input_tokens=counted)
+        priced = run.engine.pricing.usd(
+            spec.model_ref,
+            Usage(input_tokens=counted, output_tokens=run.engine.probe_output_tokens),
+        )
+        return spec.reserve_usd if priced is None else priced
 
     def _replay(self, terminal: JournalEntry) -> Any:
         run = self.run
@@ -1467,7 +1534,7 @@ class _AgentRun:
                     )
                 )
             await self._quota(model_ref)
-            estimate = self.spec.reserve_usd
+            estimate = self.reserve
             await self._exposure(model_ref, estimate)
             wires += 1
             self.wire_requests += 1

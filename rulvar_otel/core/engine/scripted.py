@@ -94,6 +94,7 @@ class ScriptedAdapter:
         default_model: str = "model",
         script: Mapping[str, Iterable[ScriptTurn]] | Iterable[ScriptTurn] | None = None,
         fallback: ScriptTurn | None = Reply("done"),
+        count_failure: Fail | None = None,
     ) -> None:
         if not adapter_id or ":" in adapter_id:
             raise ConfigError(f"adapter id {adapter_id!r} must be non-empty and contain no ':'")
@@ -107,6 +108,8 @@ class ScriptedAdapter:
             self._queues["*"] = deque(script)
         self.fallback = fallback
         self.requests: list[ModelRequest] = []
+        self.count_requests: list[ModelRequest] = []
+        self.count_failure = count_failure
         self._minted = 0
 
     @property
@@ -135,6 +138,17 @@ class ScriptedAdapter:
                 code="script_exhausted",
             )
         return self.fallback
+
+    async def count_tokens(self, request: ModelRequest) -> int:
+        """A deterministic estimate (a token per four characters of messages and tool specs)."""
+        self.count_requests.append(request)
+        await asyncio.sleep(0)
+        if self.count_failure is not None:
+            failure = self.count_failure
+            raise AdapterError(failure.message, code=failure.code, retryable=failure.retryable)
+        chars = sum(len(str(m.get("content") or "")) for m in request.messages)
+        chars += sum(len(str(t)) for t in request.tools)
+        return max(1, chars // 4)
 
     async def turn(self, request: ModelRequest) -> ModelTurn:
         self.requests.append(request)
