@@ -18,6 +18,7 @@ __all__ = [
     "AdapterError",
     "AgentFailedError",
     "BudgetExhaustedError",
+    "DeadlineExceededError",
     "ExposureDrainedError",
     "ModelAdapter",
     "ModelRequest",
@@ -210,6 +211,12 @@ class SchemaValidationError(WorkflowError):
     """Structured output stayed invalid after every extract attempt."""
 
     code = "schema_invalid"
+
+
+class DeadlineExceededError(WorkflowError):
+    """A suspension's deadline passed before anyone resolved it (``await_external``)."""
+
+    code = "deadline_exceeded"
 
 
 class ReplayMissError(WorkflowError):

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, cast
 
 import orjson
@@ -42,6 +42,7 @@ from rulvar_otel.core.engine.model import (
     AdapterError,
     AgentFailedError,
     BudgetExhaustedError,
+    DeadlineExceededError,
     ExposureDrainedError,
     ModelAdapter,
     ModelRequest,
@@ -152,6 +153,9 @@ class ResolutionOutcome(BaseModel):
     reason: str | None = None
 
 
+_TIMED_OUT: Any = object()  # an approval whose deadline passed before any answer
+
+
 class _Suspend(BaseException):
     """Unwinds a workflow parked on an open suspension (not an Exception: never swallowed)."""
 
@@ -211,6 +215,31 @@ def _lift(source: Any) -> dict[str, Any]:
     return lift
 
 
+def _deadline_iso(deadline_at: datetime | float | None) -> str | None:
+    if deadline_at is None:
+        return None
+    if isinstance(deadline_at, datetime):
+        if deadline_at.tzinfo is None:
+            raise ConfigError("deadline_at must be timezone-aware (or epoch seconds)")
+        return format_ts(deadline_at)
+    if isinstance(deadline_at, bool) or not isinstance(deadline_at, int | float):
+        raise ConfigError(
+            f"deadline_at must be a datetime or epoch seconds, got {type(deadline_at).__name__}"
+        )
+    return format_ts(datetime.fromtimestamp(float(deadline_at), UTC))
+
+
+def _parse_deadline(deadline: str) -> datetime:
+    return datetime.fromisoformat(deadline)
+
+
+def _deadline_error(key: str, deadline: Any) -> DeadlineExceededError:
+    return DeadlineExceededError(
+        f"nobody resolved {key!r} before its deadline {deadline}",
+        data={"key": key, "deadlineAt": deadline},
+    )
+
+
 _LIFT_ATTRS = {
     "completion": "completion",
     "childStatusCounts": "child_status_counts",
@@ -243,6 +272,7 @@ class _AgentSpec:
     tool_caps: Mapping[str, int]
     system: str | None
     stream: bool
+    approval_timeout_s: float | None
 
 
 class _AgentAbortError(Exception):
@@ -290,6 +320,7 @@ class Engine:
         max_concurrency: int | None = None,
         count_tokens: str | Callable[[str], bool] = "off",
         probe_output_tokens: int = 1024,
+        approval_timeout_s: float | None = None,
     ) -> None:
         if not adapters:
             raise ConfigError("create_engine needs at least one model adapter")
@@ -335,6 +366,9 @@ class Engine:
         if probe_output_tokens < 0:
             raise ConfigError("probe_output_tokens must be >= 0")
         self.probe_output_tokens = probe_output_tokens
+        if approval_timeout_s is not None and not approval_timeout_s > 0:
+            raise ConfigError("approval_timeout_s must be > 0")
+        self.approval_timeout_s = approval_timeout_s
         # One gate for the engine: every run it executes shares the same live-dispatch slots.
         self.concurrency = ConcurrencyGate(max_concurrency) if max_concurrency is not None else None
 
@@ -429,7 +463,7 @@ def create_engine(
     Further options: ``clock``, ``id_factory``, ``default_reserve_usd``, ``max_in_flight_exposure_usd``,
     ``quota``, ``max_denials``, ``permissions``, ``retry``, ``determinism_mode``,
     ``determinism_allow``, ``sleep``, ``max_spawn_units``, ``max_concurrency``, ``count_tokens``,
-    ``probe_output_tokens``.
+    ``probe_output_tokens``, ``approval_timeout_s``.
     """
     return Engine(adapters=adapters, journal=journal, pricing=pricing, redaction=redaction, **options)
 
@@ -624,6 +658,16 @@ class _Run:
             self.committed = 0.0
         self.budget_update()
 
+    def deadline_passed(self, deadline: Any) -> bool:
+        return isinstance(deadline, str) and self.engine.clock() >= _parse_deadline(deadline)
+
+    def seconds_left(self, deadline: str) -> float:
+        return max(0.0, (_parse_deadline(deadline) - self.engine.clock()).total_seconds())
+
+    def close_timed_out(self, entry_ref: int) -> JournalEntry:
+        """Close a suspension as timed out: a journaled close like any resolution (first wins)."""
+        return self.append("resolution", None, {"targetRef": entry_ref, "timedOut": True, "by": "deadline"})
+
     def _determinism_warning(
         self, category: str, provenance: str, frame: str, file: str, line: int, column: int | None
     ) -> None:
@@ -669,7 +713,10 @@ class _Run:
                     superseded_by=winner.seq,
                     reason="already_resolved",
                 )
-            return ResolutionOutcome(applied=False, target_ref=wait.entry_ref, reason="already_resolved")
+            reason = "deadline_passed" if winner is not None and winner.data.get("timedOut") else None
+            return ResolutionOutcome(
+                applied=False, target_ref=wait.entry_ref, reason=reason or "already_resolved"
+            )
         entry = self.append(
             "resolution", None, {"targetRef": wait.entry_ref, "value": _jsonable(value), "by": by}
         )
@@ -684,29 +731,40 @@ class _Run:
         # Nothing waits in this process: close the journaled suspension for a later resume.
         live = not self.result.done() and not self.dry_run
         entries = list(self.entries) if live else self.engine.journal.load(self.run_id)
-        resolved = {e.data.get("targetRef") for e in entries if e.kind == "resolution"}
+        resolved: dict[Any, JournalEntry] = {}
+        for e in entries:
+            if e.kind == "resolution":
+                resolved.setdefault(e.data.get("targetRef"), e)
         for entry in entries:
             if entry.kind not in ("external_waiting", "approval_pending"):
                 continue
             names = {entry.data.get("key"), entry.data.get("toolCallId")}
             if key_or_ref != entry.seq and key_or_ref not in names:
                 continue
-            if entry.seq in resolved:
-                return ResolutionOutcome(applied=False, target_ref=entry.seq, reason="already_resolved")
-            if live:
-                own = self.append(
-                    "resolution", None, {"targetRef": entry.seq, "value": _jsonable(value), "by": by}
-                )
-                return ResolutionOutcome(applied=True, target_ref=entry.seq, entry_ref=own.seq)
-            seq = 1 + max(e.seq for e in entries)
-            closing = JournalEntry(
-                seq=seq,
-                kind="resolution",
-                ts=format_ts(self.engine.clock()),
-                data={"targetRef": entry.seq, "value": _jsonable(value), "by": by},
+            winner = resolved.get(entry.seq)
+            if winner is not None:
+                reason = "deadline_passed" if winner.data.get("timedOut") else "already_resolved"
+                return ResolutionOutcome(applied=False, target_ref=entry.seq, reason=reason)
+            # Past its deadline the suspension closes as timed out, and this late answer loses.
+            timed_out = self.deadline_passed(entry.data.get("deadlineAt"))
+            data: dict[str, Any] = (
+                {"targetRef": entry.seq, "timedOut": True, "by": "deadline"}
+                if timed_out
+                else {"targetRef": entry.seq, "value": _jsonable(value), "by": by}
             )
-            self.engine.journal.append(self.run_id, closing)
-            return ResolutionOutcome(applied=True, target_ref=entry.seq, entry_ref=seq)
+            if live:
+                own = self.append("resolution", None, data)
+            else:
+                own = JournalEntry(
+                    seq=1 + max(e.seq for e in entries),
+                    kind="resolution",
+                    ts=format_ts(self.engine.clock()),
+                    data=data,
+                )
+                self.engine.journal.append(self.run_id, own)
+            if timed_out:
+                return ResolutionOutcome(applied=False, target_ref=entry.seq, reason="deadline_passed")
+            return ResolutionOutcome(applied=True, target_ref=entry.seq, entry_ref=own.seq)
         raise ConfigError(f"run {self.run_id!r} has no suspension named {key_or_ref!r}")
 
     # --- the run -----------------------------------------------------------------------------
@@ -983,26 +1041,57 @@ class Context:
                 run.emit(ChildEnd, span, frame.span_id, workflow=child.name, scope=scope, status=status)
                 run.release(reserve)
 
-    async def await_external(self, key: str, prompt: str | None = None) -> Any:
-        """Suspend the run until ``handle.resolve_external(key, value)``; returns ``value`` on resume."""
+    async def await_external(
+        self, key: str, prompt: str | None = None, *, deadline_at: datetime | float | None = None
+    ) -> Any:
+        """Suspend the run until ``handle.resolve_external(key, value)``; returns ``value`` on resume.
+
+        ``deadline_at`` (an aware datetime, or epoch seconds such as ``ctx.now() + 3600``) bounds
+        the wait: once it has passed, a resume (or a late resolution) closes the suspension as timed
+        out and this call raises DeadlineExceededError. The first close wins, so a resolution that
+        arrived before the deadline still applies.
+        """
         frame = self._frame()
         run = self._run
         jkey = f"{frame.scope}|ext:{key}"
         waiting = run.lookup("external_waiting", jkey)
         if waiting is not None:
+            deadline = waiting.data.get("deadlineAt")
             closing = run.resolution_of(waiting.seq)
+            if closing is None and not run.dry_run and run.deadline_passed(deadline):
+                closing = run.close_timed_out(waiting.seq)
             if closing is not None:
+                if closing.data.get("timedOut"):
+                    raise _deadline_error(key, deadline)
                 return closing.data.get("value")
             run.emit(
-                ExternalWaiting, run.root_span, replayed=True, key=key, entry_ref=waiting.seq, prompt=prompt
+                ExternalWaiting,
+                run.root_span,
+                replayed=True,
+                key=key,
+                entry_ref=waiting.seq,
+                prompt=prompt,
+                deadline_at=deadline,
             )
         else:
             if run.dry_run:
                 raise ReplayMissError(f"dry-run: external key {key!r} was never awaited")
-            waiting = run.append(
-                "external_waiting", jkey, {"key": key, "prompt": prompt, "scope": frame.scope}
+            deadline = _deadline_iso(deadline_at)
+            data = {"key": key, "prompt": prompt, "scope": frame.scope}
+            if deadline is not None:
+                data["deadlineAt"] = deadline
+            waiting = run.append("external_waiting", jkey, data)
+            run.emit(
+                ExternalWaiting,
+                run.root_span,
+                key=key,
+                entry_ref=waiting.seq,
+                prompt=prompt,
+                deadline_at=deadline,
             )
-            run.emit(ExternalWaiting, run.root_span, key=key, entry_ref=waiting.seq, prompt=prompt)
+            if run.deadline_passed(deadline):
+                run.close_timed_out(waiting.seq)
+                raise _deadline_error(key, deadline)
         run.pending.append({"key": key, "scope": frame.scope, "entryRef": waiting.seq, "prompt": prompt})
         raise _Suspend
 
@@ -1029,6 +1118,7 @@ class Context:
         tool_caps: Mapping[str, int] | None = None,
         system: str | None = None,
         stream: bool = False,
+        approval_timeout_s: float | None = None,
     ) -> Any:
         """Dispatch one agent: a tool loop, optional compaction, finalize and schema extract.
 
@@ -1045,6 +1135,8 @@ class Context:
             raise ConfigError(f"agent {label or agent_type!r}: two tools share a name")
         if max_turns < 1 or schema_attempts < 1:
             raise ConfigError("max_turns and schema_attempts must be >= 1")
+        if approval_timeout_s is not None and not approval_timeout_s > 0:
+            raise ConfigError("approval_timeout_s must be > 0")
         spec = _AgentSpec(
             prompt=prompt,
             agent_type=agent_type,
@@ -1067,6 +1159,9 @@ class Context:
             tool_caps=dict(tool_caps or {}),
             system=system,
             stream=stream,
+            approval_timeout_s=(
+                run.engine.approval_timeout_s if approval_timeout_s is None else approval_timeout_s
+            ),
         )
         return await _AgentRun(run, self._frame(), spec).dispatch()
 
@@ -1700,9 +1795,15 @@ class _AgentRun:
             decision = self.spec.permissions.decide(tool_def, call.arguments)
             end.update(self._audit(decision))
             allowed = decision.verdict == "allow"
+            answer: Any = None
             if decision.verdict == "ask":
-                allowed = bool(await self._approval(call))
-            if not allowed:
+                answer = await self._approval(call)
+                allowed = answer is not _TIMED_OUT and bool(answer)
+            if answer is _TIMED_OUT:
+                outcome = "error"
+                end["error_code"] = DeadlineExceededError.code
+                result = "error: nobody approved this call before its deadline"
+            elif not allowed:
                 outcome = "denied"
                 result = "denied by the permission chain"
             else:
@@ -1796,21 +1897,51 @@ class _AgentRun:
             )
 
     async def _approval(self, call: ToolCallRequest) -> Any:
+        """The approver's answer, or ``_TIMED_OUT`` when the approval deadline passed first."""
         run = self.run
         akey = f"{self.key}/approval/{call.id}"
         pending = run.lookup("approval_pending", akey)
         replayed = pending is not None
         if pending is not None:
+            deadline = pending.data.get("deadlineAt")
             closing = run.resolution_of(pending.seq)
+            if closing is None and not run.dry_run and run.deadline_passed(deadline):
+                closing = run.close_timed_out(pending.seq)
             if closing is not None:
-                return closing.data.get("value")
+                return _TIMED_OUT if closing.data.get("timedOut") else closing.data.get("value")
         else:
-            pending = run.append("approval_pending", akey, {"toolName": call.name, "toolCallId": call.id})
+            timeout = self.spec.approval_timeout_s
+            deadline = (
+                format_ts(run.engine.clock() + timedelta(seconds=timeout)) if timeout is not None else None
+            )
+            data = {"toolName": call.name, "toolCallId": call.id}
+            if deadline is not None:
+                data["deadlineAt"] = deadline
+            pending = run.append("approval_pending", akey, data)
         # Registered before the event goes out: a listener may answer from inside the emit.
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         run.waits[pending.seq] = _Wait("approval", pending.seq, (call.id, f"approval:{call.id}"), future)
-        self.emit_tool(ApprovalPending, replayed=replayed, tool_name=call.name, entry_ref=pending.seq)
+        self.emit_tool(
+            ApprovalPending,
+            replayed=replayed,
+            tool_name=call.name,
+            entry_ref=pending.seq,
+            deadline_at=deadline,
+        )
+        watchdog: asyncio.Task[None] | None = None
+        if isinstance(deadline, str) and not run.dry_run and not future.done():
+            watchdog = asyncio.get_running_loop().create_task(
+                self._approval_deadline(pending.seq, deadline, future)
+            )
         try:
             return await future
         finally:
+            if watchdog is not None:
+                watchdog.cancel()
             run.waits.pop(pending.seq, None)
+
+    async def _approval_deadline(self, entry_ref: int, deadline: str, future: asyncio.Future[Any]) -> None:
+        await self.run.engine.sleep(self.run.seconds_left(deadline))
+        if not future.done():
+            self.run.close_timed_out(entry_ref)
+            future.set_result(_TIMED_OUT)
