@@ -10,7 +10,10 @@ recognises the clock and random entry points and classifies the calling frame:
 - a file matching the engine's ``determinism_allow`` prefixes: provenance ``allowlisted``;
 - anything else: provenance ``workflow``.
 
-Each (category, provenance) pair is reported at most once per execution segment. Tool bodies,
+Each (category, provenance) pair is reported at most once per execution segment. A rejecting
+detector (``determinism_mode="error"``) additionally raises :class:`DeterminismError` at every
+workflow-origin call, after its warning, and remembers the first violation so the run is
+rejected even when the workflow swallows the exception. Tool bodies,
 adapter calls and event listeners run with detection suppressed: their effects are journaled or
 they are not part of the workflow.
 """
@@ -28,6 +31,8 @@ from contextvars import ContextVar
 from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any, Final, TypeVar
+
+from rulvar_otel.core.engine.model import DeterminismError
 
 __all__ = ["DeterminismDetector", "drive", "suppressed"]
 
@@ -107,9 +112,12 @@ def _hook(frame: FrameType, event: str, arg: Any) -> None:
     if detector is None or _SUPPRESS.get():
         return
     try:
-        detector.observe(found[0], found[1])
+        rejection = detector.observe(found[0], found[1])
     except Exception:  # noqa: BLE001 - detection is telemetry: it never breaks the workflow
-        pass
+        return
+    if rejection is not None:
+        # Raised from the profile hook, it surfaces at the bare call itself, which never runs.
+        raise rejection
 
 
 Emit = Callable[[str, str, str, str, int, int | None], None]
@@ -118,10 +126,12 @@ Emit = Callable[[str, str, str, str, int, int | None], None]
 class DeterminismDetector:
     """One segment's detector: classifies frames and reports each (category, provenance) once."""
 
-    def __init__(self, emit: Emit, *, allow: Sequence[str] = ()) -> None:
+    def __init__(self, emit: Emit, *, allow: Sequence[str] = (), reject: bool = False) -> None:
         self._emit = emit
         self._allow = tuple(str(Path(p).resolve()) if not p.startswith("<") else p for p in allow)
         self._seen: set[tuple[str, str]] = set()
+        self.reject = reject
+        self.violation: DeterminismError | None = None
 
     def provenance(self, filename: str) -> str | None:
         if filename.startswith("<frozen"):
@@ -133,20 +143,32 @@ class DeterminismDetector:
             return "allowlisted"
         return "workflow"
 
-    def observe(self, category: str, frame: FrameType) -> None:
+    def observe(self, category: str, frame: FrameType) -> DeterminismError | None:
+        """Report the call (once per category and provenance); the error to raise, if rejecting."""
         code = frame.f_code
         provenance = self.provenance(code.co_filename)
-        if provenance is None or (category, provenance) in self._seen:
-            return
-        self._seen.add((category, provenance))
+        if provenance is None:
+            return None
         line = frame.f_lineno or code.co_firstlineno
-        column: int | None = None
-        positions = list(code.co_positions())
-        index = frame.f_lasti // 2
-        if 0 <= index < len(positions) and positions[index][2] is not None:
-            column = int(positions[index][2] or 0) + 1
-        text = f"at {code.co_qualname} ({code.co_filename}:{line}{f':{column}' if column else ''})"
-        self._emit(category, provenance, text, code.co_filename, line, column)
+        if (category, provenance) not in self._seen:
+            self._seen.add((category, provenance))
+            column: int | None = None
+            positions = list(code.co_positions())
+            index = frame.f_lasti // 2
+            if 0 <= index < len(positions) and positions[index][2] is not None:
+                column = int(positions[index][2] or 0) + 1
+            text = f"at {code.co_qualname} ({code.co_filename}:{line}{f':{column}' if column else ''})"
+            self._emit(category, provenance, text, code.co_filename, line, column)
+        if not self.reject or provenance != "workflow":
+            return None
+        error = DeterminismError(
+            f"{category}: a bare {'clock' if category == 'bare-date-now' else 'random'} call in workflow "
+            f"code ({code.co_filename}:{line}); use ctx.now() or ctx.random()",
+            data={"category": category, "file": code.co_filename, "line": line},
+        )
+        if self.violation is None:
+            self.violation = error
+        return error
 
     @contextmanager
     def active(self) -> Iterator[None]:

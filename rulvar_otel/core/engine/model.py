@@ -19,6 +19,7 @@ __all__ = [
     "AgentFailedError",
     "BudgetExhaustedError",
     "DeadlineExceededError",
+    "DeterminismError",
     "ExposureDrainedError",
     "ModelAdapter",
     "ModelRequest",
@@ -211,6 +212,12 @@ class SchemaValidationError(WorkflowError):
     """Structured output stayed invalid after every extract attempt."""
 
     code = "schema_invalid"
+
+
+class DeterminismError(WorkflowError):
+    """A bare clock or randomness call from workflow code under ``determinism_mode="error"``."""
+
+    code = "determinism"
 
 
 class DeadlineExceededError(WorkflowError):

@@ -354,8 +354,8 @@ class Engine:
         self.max_denials = max_denials
         self.permissions = permissions or Permissions()
         self.retry = retry or RetryPolicy()
-        if determinism_mode not in ("warn", "off"):
-            raise ConfigError("determinism_mode must be 'warn' or 'off'")
+        if determinism_mode not in ("warn", "error", "off"):
+            raise ConfigError("determinism_mode must be 'warn', 'error' or 'off'")
         self.determinism_mode = determinism_mode
         self.determinism_allow = tuple(determinism_allow)
         self.sleep: Callable[[float], Awaitable[None]] = sleep or asyncio.sleep
@@ -566,7 +566,9 @@ class _Run:
             ) from None
         self.result: asyncio.Future[RunOutcome] = loop.create_future()
         self.detector = determinism.DeterminismDetector(
-            self._determinism_warning, allow=engine.determinism_allow
+            self._determinism_warning,
+            allow=engine.determinism_allow,
+            reject=engine.determinism_mode == "error",
         )
 
     # --- plumbing -------------------------------------------------------------------------
@@ -792,7 +794,7 @@ class _Run:
         value: Any = None
         error: dict[str, Any] | None = None
         lift: dict[str, Any] = {}
-        detect = self.engine.determinism_mode == "warn"
+        detect = self.engine.determinism_mode != "off"
         try:
             if self.cancel_reason is not None:
                 raise asyncio.CancelledError
@@ -820,6 +822,10 @@ class _Run:
             )
             if not isinstance(error["code"], str):
                 error["code"] = "error"
+        violation = self.detector.violation
+        if violation is not None and status != "cancelled":
+            # Rejected even when the workflow caught the error: its result rests on a bare call.
+            status, value, error, lift = "error", None, violation.to_wire(), {}
         self._settle(status, value, error, lift)
 
     def _settle(self, status: str, value: Any, error: dict[str, Any] | None, lift: dict[str, Any]) -> None:
@@ -953,7 +959,7 @@ class Context:
         _, ordinal = frame.key("par")
         prefix = f"{frame.scope}/" if frame.scope else ""
         tasks: list[asyncio.Task[T]] = []
-        detect = run.engine.determinism_mode == "warn"
+        detect = run.engine.determinism_mode != "off"
         for index, item in enumerate(items):
             branch = _Frame(
                 run,
