@@ -27,6 +27,7 @@ __all__ = [
     "invocation_close_attributes",
     "invocation_open_attributes",
     "run_close_attributes",
+    "scope_span_name",
     "text",
     "tool_close_attributes",
     "tool_open_attributes",
@@ -128,6 +129,17 @@ def _model_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
     return out
 
 
+def scope_span_name(kind: str, event: Mapping[str, Any], mask: Masker) -> str:
+    """The name of a phase, child workflow or agent span (``kind`` is its opener's type)."""
+    if kind == "phase:start":
+        return "phase " + text(event.get("phase"), mask)
+    if kind == "child:start":
+        return "workflow " + text(event.get("workflow"), mask)
+    agent_type = event.get("agentType")
+    label = (mask(agent_type) if agent_type else "(anon)") if isinstance(agent_type, str) else UNKNOWN
+    return f"agent {label} {text(event.get('role'), mask)}"
+
+
 def agent_open_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
     return _model_attributes(event, mask)
 
@@ -146,11 +158,16 @@ def _money(value: object) -> TypeGuard[int | float]:
     return _is_number(value) and math.isfinite(value)
 
 
-def agent_close_attributes(event: Mapping[str, Any]) -> Attrs:
+def _spend(event: Mapping[str, Any]) -> Attrs:
     out: Attrs = {}
     _add_usage(out, event.get("usage"))
     if _money(cost := event.get("costUsd")):
         out[sc.COST_USD] = cost
+    return out
+
+
+def agent_close_attributes(event: Mapping[str, Any]) -> Attrs:
+    out = _spend(event)
     if _is_number(retry := event.get("retryCount")):
         out[sc.RETRY_COUNT] = retry
     exploration = event.get("exploration")
@@ -163,10 +180,7 @@ def agent_close_attributes(event: Mapping[str, Any]) -> Attrs:
 
 
 def invocation_close_attributes(event: Mapping[str, Any]) -> Attrs:
-    out: Attrs = {}
-    _add_usage(out, event.get("usage"))
-    if _money(cost := event.get("costUsd")):
-        out[sc.COST_USD] = cost
+    out = _spend(event)
     if _is_number(retries := event.get("retries")):
         out[sc.RETRIES] = retries
     return out

@@ -11,13 +11,16 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from typing import Any, Final, Protocol
 
 from opentelemetry import trace
 from opentelemetry.context import Context
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import (
     INVALID_SPAN_CONTEXT,
     NonRecordingSpan,
+    NoOpTracer,
     Span,
     SpanContext,
     Status,
@@ -42,6 +45,8 @@ SETTLEMENT_FAILED_MESSAGE: Final = (
 SUPERSEDED_MESSAGE: Final = "superseded: a successor owns settlement; this stale terminal is withheld"
 
 _RUN, _PHASE, _AGENT, _INVOCATION, _TOOL, _CHILD = range(6)
+_SCOPE_TYPES: Final = {_PHASE: "phase:start", _CHILD: "child:start", _AGENT: "agent:start"}
+_IDENTITY_PREFIX: Final = {_RUN: "run:", _PHASE: "phase:", _CHILD: "child:", _AGENT: "agent:"}
 _OK_VALUES: Final = frozenset({"ok", "skipped"})
 _STATUS_OK: Final = Status(StatusCode.OK)
 _STATUS_ERROR: Final = Status(StatusCode.ERROR)
@@ -64,7 +69,6 @@ class _Rec:
         "child_context",
         "context",
         "desc_end",
-        "end_ns",
         "ended",
         "kind",
         "parent",
@@ -83,7 +87,6 @@ class _Rec:
         self.parent = parent
         self.segment = segment
         self.ended = False
-        self.end_ns = 0
         self.desc_end = 0  # latest end among descendants (phases end there)
         self.pending_end: int | None = None  # a leftover of an earlier segment, ended at finish
         # The context children start in, built once per parent (and rebuilt once it has ended).
@@ -114,6 +117,7 @@ class SpanMapper:
         observers: Iterable[EventObserver] = (),
     ) -> None:
         self._tracer = tracer
+        self._identity = _reads_identity(tracer)
         self._mask: Callable[[str], str] = _memo(masker.mask_flat)
         self._run_id = run_id
         self._masked_run_id = self._mask(run_id) if run_id is not None else None
@@ -127,7 +131,6 @@ class SpanMapper:
         self._scopes: list[_Rec] = []  # phase and child spans in start order, lazily popped
         self._phases: list[_Rec] = []
         self._leftovers: list[_Rec] = []
-        self._segment_open: dict[int, set[_Rec]] = {}
         self._first_run: _Rec | None = None
         # The first span of the export: a stream that starts mid-run still lands in one trace.
         self._anchor: _Rec | None = None
@@ -145,14 +148,14 @@ class SpanMapper:
         self._handlers: dict[str, Callable[[Mapping[str, Any], int], None]] = {
             "run:start": self._on_run_start,
             "run:end": self._on_run_end,
-            "phase:start": self._on_phase_start,
-            "agent:start": self._on_agent_start,
+            "phase:start": partial(self._on_scope_start, _PHASE),
+            "agent:start": partial(self._on_scope_start, _AGENT),
             "agent:end": self._on_agent_end,
             "agent:phase:start": self._on_invocation_start,
             "agent:phase:end": self._on_invocation_end,
             "tool:start": self._on_tool_start,
             "tool:end": self._on_tool_end,
-            "child:start": self._on_child_start,
+            "child:start": partial(self._on_scope_start, _CHILD),
             "child:end": self._on_child_end,
             "agent:stream": _ignore,
         }
@@ -269,11 +272,14 @@ class SpanMapper:
             context = parent.child_context = trace.set_span_in_context(
                 parent.span or NonRecordingSpan(self._span_context(parent))
             )
-        token = SPAN_IDENTITY.set((self._run_id or "", identity))
-        try:
+        if self._identity:
+            token = SPAN_IDENTITY.set((self._run_id or "", identity))
+            try:
+                span = self._tracer.start_span(name, context=context, attributes=attrs, start_time=ns)
+            finally:
+                SPAN_IDENTITY.reset(token)
+        else:
             span = self._tracer.start_span(name, context=context, attributes=attrs, start_time=ns)
-        finally:
-            SPAN_IDENTITY.reset(token)
         rec = _Rec(span, kind, ns, parent, self._segment)
         if self._anchor is None:
             self._anchor = rec
@@ -286,8 +292,6 @@ class SpanMapper:
             opened = self._open = [r for r in opened if not r.ended]
         opened.append(rec)
         self._open_live += 1
-        if kind != _PHASE and kind != _RUN:
-            self._segment_open.setdefault(self._segment, set()).add(rec)
         return rec
 
     def _close(
@@ -305,7 +309,6 @@ class SpanMapper:
         span = rec.span
         if span is None:
             return
-        # One set_attributes call: the SDK takes its lock once instead of once per attribute.
         if isinstance(status, str):
             attributes[sc.STATUS] = self._mask(status)
         ok = isinstance(status, str) and status in _OK_VALUES and not force_error
@@ -313,7 +316,12 @@ class SpanMapper:
             error_type = ax.error_type(error_source, self._mask)
             if error_type is not None:
                 attributes[sc.ERROR_TYPE] = error_type
-        if attributes:
+        # A lone attribute (most tool closers) is cheaper through set_attribute; for more, one
+        # set_attributes call takes the SDK's span lock once instead of once per attribute.
+        if len(attributes) == 1:
+            for key, value in attributes.items():
+                span.set_attribute(key, value)
+        elif attributes:
             span.set_attributes(attributes)
         if ok:
             span.set_status(_STATUS_OK)
@@ -329,15 +337,17 @@ class SpanMapper:
             ns = rec.start_ns  # a clock step backwards must not make a negative duration
         span.end(end_time=ns)
         rec.ended = True
-        rec.end_ns = ns
         rec.span = None  # release the SDK span; the context is all a late child needs
         rec.child_context = None
         self._open_live -= 1
-        # A context in the export's usual shape keeps only its span id (rebuilt on demand).
+        # A context in the export's usual shape keeps only its span id (rebuilt on demand). Tool
+        # and invocation records are never parents and are dropped once ended: nothing to shrink.
         ctx = rec.context
         template = self._template
         if (
             template is not None
+            and rec.kind != _TOOL
+            and rec.kind != _INVOCATION
             and isinstance(ctx, SpanContext)
             and ctx is not template
             and ctx.trace_id == template.trace_id
@@ -346,9 +356,6 @@ class SpanMapper:
             and ctx.trace_state is template.trace_state
         ):
             rec.context = ctx.span_id
-        opened = self._segment_open.get(rec.segment)
-        if opened is not None:
-            opened.discard(rec)
         # Every raise of a desc_end reaches all ancestors, so an ancestor's desc_end is never below
         # its descendant's: the first one already at ns or later ends the walk.
         parent = rec.parent
@@ -415,6 +422,12 @@ class SpanMapper:
             return self._current_run
         return self._first_run if self._first_run is not None else self._anchor
 
+    def _open_by_span_id(self, event: Mapping[str, Any], kind: int) -> _Rec | None:
+        """The open span of ``kind`` the event's spanId names, for a closer."""
+        span_id = event.get("spanId")
+        rec = self._by_span_id.get(span_id) if isinstance(span_id, str) else None
+        return rec if rec is not None and rec.kind == kind and self._is_open(rec) else None
+
     def _host_for(self, event: Mapping[str, Any]) -> _Rec | None:
         span_id = event.get("spanId")
         if isinstance(span_id, str):
@@ -455,12 +468,13 @@ class SpanMapper:
 
     def _end_segment(self) -> None:
         """A new run:start begins a segment: the previous one's leftovers end at its last event."""
-        leftovers = self._segment_open.pop(self._segment, None)
-        if not leftovers:
-            return
-        for rec in leftovers:
-            rec.pending_end = self._segment_last_ns
-            self._leftovers.append(rec)
+        segment = self._segment
+        end = self._segment_last_ns
+        # The open stack holds every span still open in this segment, in start order.
+        for rec in self._open:
+            if not rec.ended and rec.segment == segment and rec.kind != _PHASE and rec.kind != _RUN:
+                rec.pending_end = end
+                self._leftovers.append(rec)
 
     def _on_run_start(self, event: Mapping[str, Any], ns: int) -> None:
         span_id = event.get("spanId")
@@ -473,7 +487,8 @@ class SpanMapper:
         self._segment += 1
         name = "run " + ax.text(event.get("workflow"), self._mask)
         parent = self._first_run if self._first_run is not None else self._anchor
-        rec = self._start(_RUN, self._mask(name), event, ns, parent, "run:" + (key or ""), {})
+        identity = "run:" + (key or "") if self._identity else ""
+        rec = self._start(_RUN, self._mask(name), event, ns, parent, identity, {})
         if key is not None:
             self._by_span_id[key] = rec
         if self._first_run is None:
@@ -481,9 +496,8 @@ class SpanMapper:
         self._current_run = rec
 
     def _on_run_end(self, event: Mapping[str, Any], ns: int) -> None:
-        span_id = event.get("spanId")
-        rec = self._by_span_id.get(span_id) if isinstance(span_id, str) else None
-        if rec is None or rec.kind != _RUN or not self._is_open(rec):
+        rec = self._open_by_span_id(event, _RUN)
+        if rec is None:
             self._attach_event(event, ns, "run:end")
             return
         unsettled = event.get("settled") is False
@@ -504,73 +518,43 @@ class SpanMapper:
             error_source=event,
         )
 
-    def _on_phase_start(self, event: Mapping[str, Any], ns: int) -> None:
+    def _on_scope_start(self, kind: int, event: Mapping[str, Any], ns: int) -> None:
+        """phase:start, child:start and agent:start: a span keyed by its spanId, parented by parentSpanId."""
         span_id = event.get("spanId")
         key = span_id if isinstance(span_id, str) else None
         if key is not None and (existing := self._by_span_id.get(key)) is not None:
             self._duplicate_opener(existing, event, ns)
             return
-        attrs: dict[str, ax.AttrValue] = {}
+        attrs = ax.agent_open_attributes(event, self._mask) if kind == _AGENT else {}
         parent = self._parent_for(event, attrs)
-        name = "phase " + ax.text(event.get("phase"), self._mask)
-        rec = self._start(_PHASE, name, event, ns, parent, "phase:" + (key or ""), attrs)
+        name = ax.scope_span_name(_SCOPE_TYPES[kind], event, self._mask)
+        identity = _IDENTITY_PREFIX[kind] + (key or "") if self._identity else ""
+        rec = self._start(kind, name, event, ns, parent, identity, attrs)
         if key is not None:
             self._by_span_id[key] = rec
-        self._scopes.append(rec)
-        self._phases.append(rec)
-
-    def _on_child_start(self, event: Mapping[str, Any], ns: int) -> None:
-        span_id = event.get("spanId")
-        key = span_id if isinstance(span_id, str) else None
-        if key is not None and (existing := self._by_span_id.get(key)) is not None:
-            self._duplicate_opener(existing, event, ns)
-            return
-        attrs: dict[str, ax.AttrValue] = {}
-        parent = self._parent_for(event, attrs)
-        name = "workflow " + ax.text(event.get("workflow"), self._mask)
-        rec = self._start(_CHILD, name, event, ns, parent, "child:" + (key or ""), attrs)
-        if key is not None:
-            self._by_span_id[key] = rec
-        self._scopes.append(rec)
+        if kind != _AGENT:
+            self._scopes.append(rec)
+            if kind == _PHASE:
+                self._phases.append(rec)
 
     def _on_child_end(self, event: Mapping[str, Any], ns: int) -> None:
-        span_id = event.get("spanId")
-        rec = self._by_span_id.get(span_id) if isinstance(span_id, str) else None
-        if rec is None or rec.kind != _CHILD or not self._is_open(rec):
+        rec = self._open_by_span_id(event, _CHILD)
+        if rec is None:
             self._attach_event(event, ns, "child:end")
             return
         self._close(rec, ns, {}, event.get("status"))
 
-    def _on_agent_start(self, event: Mapping[str, Any], ns: int) -> None:
-        span_id = event.get("spanId")
-        key = span_id if isinstance(span_id, str) else None
-        if key is not None and (existing := self._by_span_id.get(key)) is not None:
-            self._duplicate_opener(existing, event, ns)
-            return
-        attrs = ax.agent_open_attributes(event, self._mask)
-        parent = self._parent_for(event, attrs)
-        agent_type = event.get("agentType")
-        label = (
-            (self._mask(agent_type) if agent_type else "(anon)")
-            if isinstance(agent_type, str)
-            else ax.UNKNOWN
-        )
-        name = f"agent {label} {ax.text(event.get('role'), self._mask)}"
-        rec = self._start(_AGENT, name, event, ns, parent, "agent:" + (key or ""), attrs)
-        if key is not None:
-            self._by_span_id[key] = rec
-
     def _on_agent_end(self, event: Mapping[str, Any], ns: int) -> None:
-        span_id = event.get("spanId")
-        rec = self._by_span_id.get(span_id) if isinstance(span_id, str) else None
-        if rec is None or rec.kind != _AGENT or not self._is_open(rec):
+        rec = self._open_by_span_id(event, _AGENT)
+        if rec is None:
             self._attach_event(event, ns, "agent:end")
             return
         self._close(rec, ns, ax.agent_close_attributes(event), event.get("status"), error_source=event)
 
-    def _owner(self, event: Mapping[str, Any], attrs: dict[str, ax.AttrValue]) -> _Rec | None:
+    def _owner(
+        self, span_id: object, event: Mapping[str, Any], attrs: dict[str, ax.AttrValue]
+    ) -> _Rec | None:
         """Invocation and tool spans hang off the span keyed by their spanId (the agent)."""
-        span_id = event.get("spanId")
         if isinstance(span_id, str) and (rec := self._by_span_id.get(span_id)) is not None:
             return rec
         return self._parent_for(event, attrs)
@@ -582,9 +566,10 @@ class SpanMapper:
             self._duplicate_opener(existing, event, ns)
             return
         attrs = ax.invocation_open_attributes(event, self._mask)
-        parent = self._owner(event, attrs)
+        parent = self._owner(span_id, event, attrs)
         name = "invocation " + ax.text(event.get("role"), self._mask)
-        rec = self._start(_INVOCATION, name, event, ns, parent, f"inv:{key[0]}:{key[1]}", attrs)
+        identity = f"inv:{key[0]}:{key[1]}" if self._identity else ""
+        rec = self._start(_INVOCATION, name, event, ns, parent, identity, attrs)
         self._invocations[key] = rec
 
     def _on_invocation_end(self, event: Mapping[str, Any], ns: int) -> None:
@@ -601,23 +586,24 @@ class SpanMapper:
         span_id = event.get("spanId")
         owner_key = span_id if isinstance(span_id, str) else ""
         call_id = event.get("toolCallId")
-        if isinstance(call_id, str):
-            existing = self._tools_by_id.get((owner_key, call_id))
+        id_key = (owner_key, call_id) if isinstance(call_id, str) else None
+        if id_key is not None:
+            existing = self._tools_by_id.get(id_key)
             if existing is not None and self._is_open(existing) and event.get("replayed") is True:
                 if existing.span is not None:
                     existing.span.set_attribute(sc.REPLAYED, True)
                 return
         attrs = ax.tool_open_attributes(event, self._mask)
-        parent = self._owner(event, attrs)
+        parent = self._owner(span_id, event, attrs)
         tool_name = ax.text(event.get("toolName"), self._mask)
-        if isinstance(call_id, str):
-            identity = f"tool:{owner_key}:{call_id}"
+        if id_key is not None:
+            identity = f"tool:{owner_key}:{call_id}" if self._identity else ""
         else:
             self._tool_ordinal += 1
             identity = f"tool:{owner_key}:#{self._tool_ordinal}"
         rec = self._start(_TOOL, "tool " + tool_name, event, ns, parent, identity, attrs)
-        if isinstance(call_id, str):
-            self._tools_by_id[(owner_key, call_id)] = rec
+        if id_key is not None:
+            self._tools_by_id[id_key] = rec
         else:
             raw_name = event.get("toolName")
             fifo_key = (owner_key, raw_name if isinstance(raw_name, str) else "")
@@ -650,6 +636,18 @@ class SpanMapper:
             event.get("outcome"),
             error_source=event,
         )
+
+
+def _reads_identity(tracer: Tracer) -> bool:
+    """Whether span ids may come from :data:`SPAN_IDENTITY`: false only where that is certain.
+
+    No-op tracers make no ids, and the SDK's tracer keeps the id generator its provider had; the
+    stock random one never reads the variable. Any other tracer (a proxy, a wrapper, another
+    generator) gets the variable set, as ``RulvarIdGenerator`` needs.
+    """
+    if isinstance(tracer, NoOpTracer):
+        return False
+    return type(getattr(tracer, "id_generator", None)) is not RandomIdGenerator
 
 
 def _scope_closed(rec: _Rec) -> bool:
