@@ -8,17 +8,24 @@ comes from :mod:`rulvar_otel.otel.metrics.registry`.
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Mapping, Sequence
+import math
+import threading
+import weakref
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
-from opentelemetry.metrics import Counter, Histogram, Meter, UpDownCounter
+from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Meter, Observation, UpDownCounter
 
 from rulvar_otel.core.events import EventModel, event_to_wire
 from rulvar_otel.core.handle import RunHandle, RunOutcome
 from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
 from rulvar_otel.otel.metrics._provider import MetricsPipeline, MetricsSetup, build_meter_provider
 from rulvar_otel.otel.metrics.registry import (
+    ADVANCE_TYPES,
     FINISH,
     REGISTRY,
     AttrValue,
@@ -29,6 +36,7 @@ from rulvar_otel.otel.metrics.registry import (
 )
 
 __all__ = [
+    "COLLECT_HOOK_NAME",
     "REGISTRY",
     "MetricDefinition",
     "MetricsPipeline",
@@ -44,7 +52,20 @@ _log = logging.getLogger(__name__)
 # Attribute values are labels; a label longer than this is a payload, not a name.
 _MAX_ATTRIBUTE_CHARS: Final = 128
 
+# Distinct attribute tuples remembered per definition (labels are low-cardinality by contract).
+_CACHE_LIMIT: Final = 4096
+
+# Events a recorder folds per batch (see _Folder): large enough to keep the fold's code hot,
+# small enough that the queue stays a few hundred references.
+_BATCH_EVENTS: Final = 1024
+
+# The observable gauge whose callback folds queued events and flushes counter sums before each
+# collection; it never reports a value.
+COLLECT_HOOK_NAME: Final = "rulvar.recorder.flush"
+_HOOK_WAIT_S: Final = 1.0
+
 _Instrument = Counter | Histogram | UpDownCounter
+_Adder = Counter | UpDownCounter
 
 
 def _create(meter: Meter, entry: MetricDefinition) -> _Instrument:
@@ -60,6 +81,206 @@ def _create(meter: Meter, entry: MetricDefinition) -> _Instrument:
     )
 
 
+@dataclass(slots=True)
+class _Sink:
+    """One definition as the recorder drives it: its fold, instrument and attribute cache."""
+
+    entry: MetricDefinition
+    histogram: Histogram | None  # exactly one of histogram and adder is set
+    adder: _Adder | None
+    lower: float  # counter values outside [lower, inf) are dropped, as the SDK would drop them
+    # raw attribute values (as the fold returned them) -> (counter slot, masked attributes)
+    cache: dict[tuple[AttrValue | None, ...], tuple[int, dict[str, AttrValue]]] = field(default_factory=dict)
+
+
+def _sink(meter: Meter, entry: MetricDefinition) -> _Sink:
+    instrument = _create(meter, entry)
+    if isinstance(instrument, Histogram):
+        return _Sink(entry, instrument, None, 0.0)
+    lower = -math.inf if entry.kind is InstrumentKind.UP_DOWN_COUNTER else 0.0
+    return _Sink(entry, None, instrument, lower)
+
+
+# Per event type: the sinks whose folds read it, and whether FoldState.advance reads it.
+_Plan = tuple[tuple[_Sink, ...], bool]
+
+
+class _Folder:
+    """One recorder's fold state and its queue of events not folded yet.
+
+    Events are queued as they are observed and folded in batches (``drain``): the fold and the
+    SDK's metrics code then run in a tight loop instead of between the span mapper's calls,
+    which on this workload costs a third less than folding each event as it arrives (the two
+    code paths keep evicting each other from the CPU caches). Counter increments are summed per
+    (instrument, attribute set), because the SDK's cost is per ``add`` call, not per unit; the
+    sums go to the SDK at ``run:end``, at ``finish`` and right before any reader of the meter
+    collects (:class:`_CollectHook`), so a collection always sees every event observed so far.
+    Histograms get one ``record`` per observation, in stream order, as the API requires.
+
+    ``lock`` serialises folding (the collect hook runs on the reader's thread); the queue is a
+    deque, whose appends and pops are atomic, so ``observe`` never takes the lock.
+    """
+
+    def __init__(self, meter: Meter, masker: SecretMasker) -> None:
+        self.masker = masker
+        self.state = FoldState(masker)
+        self.lock = threading.Lock()
+        self.queue: deque[tuple[Mapping[str, Any], _Plan]] = deque()
+        # counter slot key -> [instrument, masked attributes, running sum]
+        self.counters: dict[int, list[Any]] = {}
+        self.slots = itertools.count()
+        by_type: dict[str, list[_Sink]] = {}
+        for entry in REGISTRY:
+            sink = _sink(meter, entry)
+            for kind in entry.on:
+                by_type.setdefault(kind, []).append(sink)
+        self.plans: dict[str, _Plan] = {
+            kind: (tuple(by_type.get(kind, ())), kind in ADVANCE_TYPES)
+            for kind in set(by_type) | ADVANCE_TYPES
+        }
+
+    def work(self, *, flush_counters: bool, timeout: float = -1) -> None:
+        """Fold every queued event (and hand over the counter sums). Never raises."""
+        if not self.lock.acquire(timeout=timeout):
+            _log.debug("metrics: recorder busy; this collection sees the previous flush")
+            return
+        try:
+            self._drain()
+            if flush_counters:
+                self._flush_counters()
+        except Exception:  # noqa: BLE001 - telemetry never breaks the host
+            _log.debug("metrics: fold batch skipped", exc_info=True)
+        finally:
+            self.lock.release()
+
+    def finish(self, outcome: RunOutcome | BaseException | None) -> None:
+        with self.lock:
+            try:
+                self._drain()
+                self.state.outcome = outcome
+                self._run_folds(self.plans[FINISH][0], {})
+            finally:
+                self._flush_counters()
+
+    def _drain(self) -> None:
+        queue, state, run_folds = self.queue, self.state, self._run_folds
+        while queue:
+            event, (sinks, advance) = queue.popleft()
+            if sinks:
+                run_folds(sinks, event)
+            if advance:
+                try:
+                    state.advance(event)
+                except Exception:  # noqa: BLE001 - a malformed event is skipped, not fatal
+                    _log.debug("metrics: event skipped", exc_info=True)
+
+    def _run_folds(self, sinks: tuple[_Sink, ...], event: Mapping[str, Any]) -> None:
+        state, counters = self.state, self.counters
+        for sink in sinks:
+            try:
+                cache, histogram = sink.cache, sink.histogram
+                for value, raw in sink.entry.fold(state, event):
+                    resolved = cache.get(raw)
+                    if resolved is None:
+                        resolved = self._resolve(sink, raw)
+                    if histogram is not None:
+                        histogram.record(value, resolved[1])
+                    elif sink.lower <= value < math.inf:
+                        slot = counters.get(resolved[0])
+                        if slot is None:
+                            counters[resolved[0]] = [sink.adder, resolved[1], value]
+                        else:
+                            slot[2] += value
+            except Exception:  # noqa: BLE001 - one bad fold never stops the others
+                _log.debug("metrics: fold %s skipped", sink.entry.name, exc_info=True)
+
+    def _resolve(self, sink: _Sink, raw: tuple[AttrValue | None, ...]) -> tuple[int, dict[str, AttrValue]]:
+        """Mask and bound one distinct attribute tuple, once; later hits come from the cache."""
+        keys = sink.entry.attributes
+        if len(raw) != len(keys):
+            raise ValueError(f"{sink.entry.name}: {len(raw)} attribute values for {len(keys)} keys")
+        clean: dict[str, AttrValue] = {}
+        for key, value in zip(keys, raw, strict=True):
+            if isinstance(value, bool):
+                clean[key] = value
+            elif isinstance(value, str):
+                clean[key] = self.masker.mask(value)[:_MAX_ATTRIBUTE_CHARS]
+        # A counter slot per cached tuple: an int hashes in no time, and two raw tuples that mask
+        # to the same attributes just make two adds the SDK sums.
+        resolved = (next(self.slots), clean)
+        if len(sink.cache) >= _CACHE_LIMIT:
+            sink.cache.clear()  # a hostile stream cannot grow it without bound
+        sink.cache[raw] = resolved
+        return resolved
+
+    def _flush_counters(self) -> None:
+        counters, self.counters = self.counters, {}
+        for adder, attributes, value in counters.values():
+            try:
+                adder.add(value, attributes)
+            except Exception:  # noqa: BLE001 - telemetry never breaks the host
+                _log.debug("metrics: counter flush failed", exc_info=True)
+
+
+class _CollectHook:
+    """Brings every live recorder of one meter up to date when a reader collects.
+
+    Registered once per meter as the callback of an observable gauge that never reports a value:
+    the SDK runs asynchronous callbacks before it reads the synchronous instruments' storage, so
+    what the callback folds and flushes lands in the same collection.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._folders: weakref.WeakSet[_Folder] = weakref.WeakSet()
+
+    def attach(self, folder: _Folder) -> None:
+        with self._lock:
+            self._folders.add(folder)
+
+    def detach(self, folder: _Folder) -> None:
+        with self._lock:
+            self._folders.discard(folder)
+
+    def __call__(self, options: CallbackOptions) -> Iterable[Observation]:
+        with self._lock:
+            folders = list(self._folders)
+        for folder in folders:
+            # Bounded: a collection never waits long on a recorder busy with a batch.
+            folder.work(flush_counters=True, timeout=_HOOK_WAIT_S)
+        return ()
+
+
+_hooks: weakref.WeakKeyDictionary[Meter, _CollectHook] = weakref.WeakKeyDictionary()
+_hooks_lock = threading.Lock()
+
+
+def _collect_hook(meter: Meter) -> _CollectHook | None:
+    """The meter's hook, registered on first use; None when it cannot be (then fold eagerly)."""
+    try:
+        with _hooks_lock:
+            hook = _hooks.get(meter)
+            if hook is None:
+                hook = _CollectHook()
+                meter.create_observable_gauge(
+                    COLLECT_HOOK_NAME,
+                    callbacks=[hook],
+                    description="Internal: brings rulvar-otel's batched metrics up to date before "
+                    "a collection. Never reports a value.",
+                )
+                _hooks[meter] = hook
+            return hook
+    except Exception:  # noqa: BLE001 - e.g. a meter that cannot be weakly referenced
+        _log.debug("metrics: no collect hook on this meter; folding every event at once", exc_info=True)
+        return None
+
+
+def _release(hook: _CollectHook | None, folder: _Folder) -> None:
+    folder.work(flush_counters=True)
+    if hook is not None:
+        hook.detach(folder)
+
+
 class MetricsRecorder:
     """Records one run's metrics from its events, in stream order.
 
@@ -67,68 +288,74 @@ class MetricsRecorder:
     takes the run's outcome (a :class:`RunOutcome`, the exception the result rejected with, or
     ``None`` when nothing is known) and records the per-run metrics. Neither ever raises: a
     malformed event records what it can and is otherwise ignored. Replayed events are skipped.
+
+    Events are folded in batches: at most a few hundred observed events wait, and all of them
+    are folded and handed to the SDK at ``run:end``, at ``finish``, on :meth:`flush` and before
+    any reader of the meter collects, so no collection misses an observed event. An observed
+    event must not be mutated afterwards (parsed JSON never is).
     """
 
     def __init__(self, meter: Meter, masker: SecretMasker | None = None) -> None:
-        self._masker = masker if masker is not None else compile_secret_masker()
-        self._state = FoldState(self._masker)
-        self._by_type: dict[str, list[tuple[MetricDefinition, _Instrument]]] = {}
-        for entry in REGISTRY:
-            instrument = _create(meter, entry)
-            for kind in entry.on:
-                self._by_type.setdefault(kind, []).append((entry, instrument))
+        self._folder = _Folder(meter, masker if masker is not None else compile_secret_masker())
+        self._plans = self._folder.plans
+        self._queue = self._folder.queue
+        hook = _collect_hook(meter)
+        # Without a hook a reader would miss what waits: fold and flush each event as it comes.
+        self._eager = hook is None
+        self._batch = 1 if self._eager else _BATCH_EVENTS
+        if hook is not None:
+            hook.attach(self._folder)
+        # Folds what is queued and detaches at finish, or when dropped without a finish.
+        self._release = weakref.finalize(self, _release, hook, self._folder)
         self._finished = False
 
     def observe(self, event: Mapping[str, Any] | EventModel) -> None:
-        """Fold one event. Never raises."""
+        """Fold one event (now or in the next batch). Never raises."""
         try:
-            wire: Mapping[str, Any] = event_to_wire(event) if isinstance(event, EventModel) else event
-            if not isinstance(wire, Mapping) or wire.get("replayed") is True:
+            wire: Mapping[str, Any]
+            if type(event) is dict:
+                wire = event
+            elif isinstance(event, EventModel):
+                wire = event_to_wire(event)
+            elif isinstance(event, Mapping):
+                wire = event
+            else:
                 return
             kind = wire.get("type")
-            if isinstance(kind, str):
-                self._run_folds(kind, wire)
-            self._state.advance(wire)
+            plan = self._plans.get(kind) if isinstance(kind, str) else None
+            if plan is None or wire.get("replayed") is True:
+                return  # no definition reads it, or it restates history already counted
+            queue = self._queue
+            queue.append((wire, plan))
+            if kind == "run:end" or self._eager:
+                self._folder.work(flush_counters=True)
+            elif len(queue) >= self._batch:
+                self._folder.work(flush_counters=False)
         except Exception:  # noqa: BLE001 - telemetry never breaks the host
             _log.debug("metrics: event skipped", exc_info=True)
+
+    def flush(self) -> None:
+        """Fold every queued event and hand the counter sums to the SDK now. Never raises.
+
+        Never needed for correct numbers: it happens at ``run:end``, at ``finish`` and before
+        every collection by a reader of the meter.
+        """
+        self._folder.work(flush_counters=True)
 
     def finish(self, outcome: RunOutcome | BaseException | None = None) -> None:
         """Record the per-run metrics once the outcome is known. Idempotent; never raises."""
         if self._finished:
             return
         self._finished = True
+        self._eager = True  # nothing flushes a late event after finish: fold it at once
         try:
-            self._state.outcome = outcome
-            self._run_folds(FINISH, {})
+            self._folder.finish(outcome)
         except Exception:  # noqa: BLE001 - telemetry never breaks the host
             _log.debug("metrics: finish skipped", exc_info=True)
-
-    def _run_folds(self, kind: str, event: Mapping[str, Any]) -> None:
-        for entry, instrument in self._by_type.get(kind, ()):
-            try:
-                for value, attributes in entry.fold(self._state, event):
-                    self._record(entry, instrument, value, attributes)
-            except Exception:  # noqa: BLE001 - one bad fold never stops the others
-                _log.debug("metrics: fold %s skipped", entry.name, exc_info=True)
-
-    def _record(
-        self,
-        entry: MetricDefinition,
-        instrument: _Instrument,
-        value: float,
-        attributes: Mapping[str, AttrValue],
-    ) -> None:
-        clean: dict[str, AttrValue] = {}
-        for key in entry.attributes:  # only declared keys: the cardinality contract
-            raw = attributes.get(key)
-            if isinstance(raw, bool):
-                clean[key] = raw
-            elif isinstance(raw, str):
-                clean[key] = self._masker.mask(raw)[:_MAX_ATTRIBUTE_CHARS]
-        if isinstance(instrument, Histogram):
-            instrument.record(value, clean)
-        else:
-            instrument.add(value, clean)
+        try:
+            self._release()
+        except Exception:  # noqa: BLE001 - telemetry never breaks the host
+            _log.debug("metrics: final flush skipped", exc_info=True)
 
 
 async def record_metrics(run: RunHandle, meter: Meter, *, patterns: Sequence[str] | None = None) -> None:

@@ -7,26 +7,28 @@ Prometheus alert rules and the collector configs are all generated from, or test
 table, so a dashboard can never query a series the recorder does not write.
 
 A fold is a pure function of the per-run :class:`FoldState` and one wire-form event (or, for the
-per-run metrics, of the state at the end of the run) returning ``(value, attributes)``
-observations. Folds never see replayed events (``replayed: true`` restates history a live export
-already counted) and never put ``run_id`` or another unbounded value into an attribute; the
-recorder masks every string attribute value and drops any key a definition does not declare.
+per-run metrics, of the state at the end of the run) returning ``(value, attribute values)``
+observations, the values in the order of the definition's attributes (so no fold can add an
+undeclared key). Folds never see replayed events (``replayed: true`` restates history a live
+export already counted) and never put ``run_id`` or another unbounded value into an attribute;
+the recorder masks every string attribute value.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, TypeAlias, TypeVar
 
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import SecretMasker
 from rulvar_otel.otel import semconv as sc
 
 __all__ = [
+    "ADVANCE_TYPES",
     "FINISH",
     "REGISTRY",
     "AttrValue",
@@ -38,9 +40,12 @@ __all__ = [
     "prometheus_label",
 ]
 
+_T = TypeVar("_T")
+
 AttrValue: TypeAlias = str | bool
-Observation: TypeAlias = tuple[float, dict[str, AttrValue]]
-Fold: TypeAlias = Callable[["FoldState", Mapping[str, Any]], Iterable[Observation]]
+# (value, attribute values in the order of the definition's `attributes`; None: absent)
+Observation: TypeAlias = tuple[float, tuple[AttrValue | None, ...]]
+Fold: TypeAlias = Callable[["FoldState", Mapping[str, Any]], Sequence[Observation]]
 
 # Pseudo event type of the per-run folds: they run once, when the run's outcome is known.
 FINISH: Final = "(finish)"
@@ -121,12 +126,23 @@ class MetricDefinition:
 # --- per-run fold state -----------------------------------------------------------------------
 
 
+# The helpers below run for every observed event: exact-type checks first (parsed JSON only
+# holds plain str, int, float and dict), the general isinstance checks second.
+
+
 def _str(value: Any, default: str = UNKNOWN) -> str:
+    if value.__class__ is str:
+        return value or default  # type: ignore[no-any-return]
     return value if isinstance(value, str) and value != "" else default
 
 
 def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    cls = value.__class__
+    if (
+        cls is not float
+        and cls is not int
+        and (isinstance(value, bool) or not isinstance(value, int | float))
+    ):
         return None
     number = float(value)
     return number if math.isfinite(number) else None
@@ -149,6 +165,8 @@ def _seconds(start: datetime, end: datetime) -> float:
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
+    if value.__class__ is dict:
+        return value  # type: ignore[no-any-return]
     return value if isinstance(value, Mapping) else {}
 
 
@@ -157,6 +175,17 @@ class _AgentSpan:
     start_ts: datetime | None
     model: str
     agent_type: str
+
+
+# Event types FoldState.advance reads; together with the definitions' `on` types they are all the
+# recorder ever looks at (anything else is skipped after one dict lookup).
+ADVANCE_TYPES: Final = frozenset(
+    {
+        "run:start", "run:end", "agent:start", "agent:end", "agent:error", "agent:phase:end",
+        "quota:denied", "spawn:admitted", "ledger:op", "node:linked", "orchestrator:budget",
+        "orchestrator:woke",
+    }
+)  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -177,6 +206,19 @@ class FoldState:
     last_run_end: Mapping[str, Any] | None = None
     terminal_recorded: bool = False
     outcome: RunOutcome | BaseException | None = None
+    # The attribute tuple several definitions read from one event, built once for that event
+    # (holding the event also keeps its id from being reused by the next one).
+    _shared_event: object = None
+    _shared_build: object = None
+    _shared_value: Any = None
+
+    def shared(self, event: Mapping[str, Any], build: Callable[[FoldState, Mapping[str, Any]], _T]) -> _T:
+        """``build(self, event)``, computed once per event however many folds ask for it."""
+        if self._shared_event is not event or self._shared_build is not build:
+            self._shared_value = build(self, event)
+            self._shared_event = event
+            self._shared_build = build
+        return self._shared_value  # type: ignore[no-any-return]
 
     def model_ref(self, value: Any) -> str:
         """A model ref, masked first so the derived provider never sees a raw credential."""
@@ -265,6 +307,10 @@ def _workflow(state: FoldState, event: Mapping[str, Any]) -> str:
 
 
 # --- folds ------------------------------------------------------------------------------------
+#
+# Each observation's attribute values are a tuple in the order of the definition's `attributes`
+# (None: the attribute is absent), so a fold cannot add an undeclared key and the recorder can
+# use the tuple itself as the key of its per-attribute-set caches.
 
 
 def _run_terminal(event: Mapping[str, Any]) -> tuple[str, str, bool]:
@@ -273,7 +319,7 @@ def _run_terminal(event: Mapping[str, Any]) -> tuple[str, str, bool]:
     return status, completion, event.get("settled") is not False
 
 
-def _fold_runs_settled(state: FoldState, event: Mapping[str, Any]) -> Iterable[Observation]:
+def _fold_runs_settled(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
     if event.get("type") == "run:end":
         status, completion, settled = _run_terminal(event)
         workflow = _workflow(state, event)
@@ -285,94 +331,86 @@ def _fold_runs_settled(state: FoldState, event: Mapping[str, Any]) -> Iterable[O
         completion = _str(state.outcome.completion, NONE)
         settled = True
         workflow = _str(_mapping(state.outcome.envelope).get("workflow"), state.workflow)
-    return [
-        (
-            1,
-            {
-                sc.WORKFLOW: workflow,
-                sc.STATUS: status,
-                sc.RUN_COMPLETION: completion,
-                sc.RUN_SETTLED: settled,
-            },
-        )
-    ]
+    return ((1, (workflow, status, completion, settled)),)
 
 
-def _fold_run_duration(state: FoldState, event: Mapping[str, Any]) -> Iterable[Observation]:
+def _fold_run_duration(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
     end = _ts(event.get("ts"))
     if end is None or state.run_start_ts is None:
         return ()
     status, _, _ = _run_terminal(event)
-    return [(_seconds(state.run_start_ts, end), {sc.WORKFLOW: _workflow(state, event), sc.STATUS: status})]
+    return ((_seconds(state.run_start_ts, end), (_workflow(state, event), status)),)
 
 
-def _fold_run_cost(state: FoldState, event: Mapping[str, Any]) -> Iterable[Observation]:
+def _fold_run_cost(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
     usd = _num(event.get("totalUsd"))
     if usd is None:
         usd = _num(_mapping(event.get("envelope")).get("totalUsd"))
     if usd is None or usd < 0:
         return ()
     status, _, _ = _run_terminal(event)
-    return [(usd, {sc.WORKFLOW: _workflow(state, event), sc.STATUS: status})]
+    return ((usd, (_workflow(state, event), status)),)
 
 
-def _phase_attrs(state: FoldState, event: Mapping[str, Any]) -> dict[str, AttrValue]:
+def _build_phase_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str]:
     ref = state.model_ref(event.get("model"))
-    return {
-        sc.GEN_AI_REQUEST_MODEL: ref,
-        sc.GEN_AI_PROVIDER_NAME: state.provider(ref),
-        sc.GEN_AI_OPERATION_NAME: _str(event.get("role")),
-    }
+    return ref, state.provider(ref), _str(event.get("role"))
 
 
-def _fold_token_usage(state: FoldState, event: Mapping[str, Any]) -> Iterable[Observation]:
+def _phase_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str]:
+    return state.shared(event, _build_phase_attrs)
+
+
+def _fold_token_usage(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
     usage = _mapping(event.get("usage"))
     base = _phase_attrs(state, event)
     out: list[Observation] = []
     for token_type, key in (("input", "inputTokens"), ("output", "outputTokens")):
         tokens = _num(usage.get(key))
         if tokens is not None and tokens >= 0:
-            out.append((tokens, {**base, sc.GEN_AI_TOKEN_TYPE: token_type}))
+            out.append((tokens, (*base, token_type)))
     return out
 
 
-def _fold_operation_duration(state: FoldState, event: Mapping[str, Any]) -> Iterable[Observation]:
+def _fold_operation_duration(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
     millis = _num(event.get("durationMs"))
     if millis is None or millis < 0:
         return ()
-    attrs = _phase_attrs(state, event)
-    if event.get("outcome") not in ("ok", None):
-        # The phase event names no error class; the convention's fallback value says so.
-        attrs[sc.ERROR_TYPE] = "_OTHER"
-    return [(millis / 1000.0, attrs)]
+    # The phase event names no error class; the convention's fallback value says so.
+    error = None if event.get("outcome") in ("ok", None) else "_OTHER"
+    return ((millis / 1000.0, (*_phase_attrs(state, event), error)),)
 
 
-def _fold_spend(state: FoldState, event: Mapping[str, Any]) -> Iterable[Observation]:
+def _fold_spend(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
     usd = _num(event.get("costUsd"))
     if usd is None or usd < 0:
         return ()
-    return [(usd, _phase_attrs(state, event))]
+    return ((usd, _phase_attrs(state, event)),)
 
 
-def _agent_end_attrs(state: FoldState, event: Mapping[str, Any]) -> dict[str, AttrValue]:
+def _build_agent_end_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str]:
     span = state.agents.get(_str(event.get("spanId"), ""))
-    return {
-        sc.AGENT_TYPE: _agent_type(event),
-        sc.STATUS: _str(event.get("status")),
-        sc.GEN_AI_REQUEST_MODEL: span.model if span is not None else UNKNOWN,
-    }
+    return (
+        _agent_type(event),
+        _str(event.get("status")),
+        span.model if span is not None else UNKNOWN,
+    )
 
 
-def _fold_agent_invocations(state: FoldState, event: Mapping[str, Any]) -> Iterable[Observation]:
-    return [(1, _agent_end_attrs(state, event))]
+def _agent_end_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str]:
+    return state.shared(event, _build_agent_end_attrs)
 
 
-def _fold_agent_duration(state: FoldState, event: Mapping[str, Any]) -> Iterable[Observation]:
+def _fold_agent_invocations(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    return ((1, _agent_end_attrs(state, event)),)
+
+
+def _fold_agent_duration(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
     span = state.agents.get(_str(event.get("spanId"), ""))
     end = _ts(event.get("ts"))
     if span is None or span.start_ts is None or end is None:
         return ()
-    return [(_seconds(span.start_ts, end), _agent_end_attrs(state, event))]
+    return ((_seconds(span.start_ts, end), _agent_end_attrs(state, event)),)
 
 
 def _error_class(state: FoldState, event: Mapping[str, Any]) -> str:
@@ -392,39 +430,39 @@ def _error_class(state: FoldState, event: Mapping[str, Any]) -> str:
     return "error"
 
 
-def _fold_agent_errors(state: FoldState, event: Mapping[str, Any]) -> Iterable[Observation]:
+def _fold_agent_errors(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
     error = _mapping(event.get("error"))
-    return [
+    return (
         (
             1,
-            {
-                sc.AGENT_TYPE: _agent_type(event),
-                sc.ERROR_TYPE: _str(error.get("code")),
-                sc.WILL_RETRY: event.get("willRetry") is True,
-                sc.ERROR_CLASS: _error_class(state, event),
-            },
-        )
-    ]
+            (
+                _agent_type(event),
+                _str(error.get("code")),
+                event.get("willRetry") is True,
+                _error_class(state, event),
+            ),
+        ),
+    )
 
 
-def _tool_attrs(event: Mapping[str, Any]) -> dict[str, AttrValue]:
-    return {
-        sc.TOOL_NAME: _str(event.get("toolName")),
-        sc.STATUS: _str(event.get("outcome")),
-        sc.TOOL_GUARD: _str(event.get("guard"), NONE),
-        sc.TOOL_DECIDED_BY: _str(event.get("decidedBy"), NONE),
-    }
+def _build_tool_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    return (
+        _str(event.get("toolName")),
+        _str(event.get("outcome")),
+        _str(event.get("guard"), NONE),
+        _str(event.get("decidedBy"), NONE),
+    )
 
 
-def _fold_tool_calls(state: FoldState, event: Mapping[str, Any]) -> Iterable[Observation]:
-    return [(1, _tool_attrs(event))]
+def _fold_tool_calls(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    return ((1, state.shared(event, _build_tool_attrs)),)
 
 
-def _fold_tool_duration(state: FoldState, event: Mapping[str, Any]) -> Iterable[Observation]:
+def _fold_tool_duration(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
     millis = _num(event.get("durationMs"))
     if millis is None or millis < 0:
         return ()
-    return [(millis / 1000.0, _tool_attrs(event))]
+    return ((millis / 1000.0, state.shared(event, _build_tool_attrs)),)
 
 
 def _quota_dimension(reason: Any) -> str:
@@ -438,101 +476,82 @@ def _quota_dimension(reason: Any) -> str:
     return UNKNOWN
 
 
-def _fold_quota_denials(state: FoldState, event: Mapping[str, Any]) -> Iterable[Observation]:
+def _fold_quota_denials(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
     ref = state.model_ref(event.get("model"))
-    return [
+    return ((1, (ref, state.provider(ref), _quota_dimension(event.get("reason")))),)
+
+
+def _fold_exposure_waits(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    return (
         (
             1,
-            {
-                sc.GEN_AI_REQUEST_MODEL: ref,
-                sc.GEN_AI_PROVIDER_NAME: state.provider(ref),
-                sc.QUOTA_DIMENSION: _quota_dimension(event.get("reason")),
-            },
-        )
-    ]
+            (
+                _str(event.get("scope")),
+                event.get("willWait") is True,
+                state.model_ref(event.get("model")),
+            ),
+        ),
+    )
 
 
-def _fold_exposure_waits(state: FoldState, event: Mapping[str, Any]) -> Iterable[Observation]:
-    return [
-        (
-            1,
-            {
-                sc.EXPOSURE_SCOPE: _str(event.get("scope")),
-                sc.WILL_WAIT: event.get("willWait") is True,
-                sc.GEN_AI_REQUEST_MODEL: state.model_ref(event.get("model")),
-            },
-        )
-    ]
+def _fold_spawns_admitted(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    return ((1, (_str(event.get("verdict")), _agent_type(event))),)
 
 
-def _fold_spawns_admitted(state: FoldState, event: Mapping[str, Any]) -> Iterable[Observation]:
-    return [(1, {sc.SPAWN_VERDICT: _str(event.get("verdict")), sc.AGENT_TYPE: _agent_type(event)})]
+def _fold_spawns_rejected(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    return ((1, (_str(event.get("code")), _agent_type(event))),)
 
 
-def _fold_spawns_rejected(state: FoldState, event: Mapping[str, Any]) -> Iterable[Observation]:
-    return [(1, {sc.SPAWN_CODE: _str(event.get("code")), sc.AGENT_TYPE: _agent_type(event)})]
+def _fold_determinism(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    return ((1, (_str(event.get("category")), _str(event.get("provenance")))),)
 
 
-def _fold_determinism(state: FoldState, event: Mapping[str, Any]) -> Iterable[Observation]:
-    return [
-        (
-            1,
-            {
-                sc.DETERMINISM_CATEGORY: _str(event.get("category")),
-                sc.DETERMINISM_PROVENANCE: _str(event.get("provenance")),
-            },
-        )
-    ]
+def _fold_ledger_ops(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    return ((1, (state.workflow, _str(event.get("op")))),)
 
 
-def _fold_ledger_ops(state: FoldState, event: Mapping[str, Any]) -> Iterable[Observation]:
-    return [(1, {sc.WORKFLOW: state.workflow, sc.LEDGER_OP: _str(event.get("op"))})]
-
-
-def _fold_ledger_ops_per_spawn(state: FoldState, event: Mapping[str, Any]) -> Iterable[Observation]:
+def _fold_ledger_ops_per_spawn(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
     if state.spawns_admitted == 0:
         return ()  # undefined without a spawn; a zero would read as "spawns wrote nothing"
-    return [(state.ledger_ops / state.spawns_admitted, {sc.WORKFLOW: state.workflow})]
+    return ((state.ledger_ops / state.spawns_admitted, (state.workflow,)),)
 
 
-def _fold_render_size(state: FoldState, event: Mapping[str, Any]) -> Iterable[Observation]:
+def _fold_render_size(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
     size = _num(event.get("renderSize"))
     if size is None or size < 0:
         return ()
-    return [(size, {sc.WORKFLOW: state.workflow})]
+    return ((size, (state.workflow,)),)
 
 
-def _fold_escalations(state: FoldState, event: Mapping[str, Any]) -> Iterable[Observation]:
+def _fold_escalations(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
     task = event.get("logicalTaskId")
     agent_type = state.task_agent_type.get(task, UNKNOWN) if isinstance(task, str) else UNKNOWN
-    return [(1, {sc.AGENT_TYPE: agent_type, sc.ESCALATION_KIND: _str(event.get("kind"))})]
+    return ((1, (agent_type, _str(event.get("kind")))),)
 
 
-def _fold_orchestrator_share(state: FoldState, event: Mapping[str, Any]) -> Iterable[Observation]:
+def _fold_orchestrator_share(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
     orchestrator = _mapping(state.cost_report().get("orchestrator"))
     share = _num(orchestrator.get("share"))
     spent = _num(orchestrator.get("spentUsd")) or 0.0
     if share is not None and (state.orchestrated or spent > 0):
-        return [(share, {sc.WORKFLOW: state.workflow, sc.SHARE_SOURCE: "cost_report"})]
+        return ((share, (state.workflow, "cost_report")),)
     if state.orchestrated and state.last_budget_share is not None:
-        return [
-            (state.last_budget_share, {sc.WORKFLOW: state.workflow, sc.SHARE_SOURCE: "orchestrator_budget"})
-        ]
+        return ((state.last_budget_share, (state.workflow, "orchestrator_budget")),)
     return ()
 
 
-def _fold_abandoned(state: FoldState, event: Mapping[str, Any]) -> Iterable[Observation]:
+def _fold_abandoned(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
     usd = state.abandoned_usd()
-    return () if usd is None else [(usd, {sc.WORKFLOW: state.workflow})]
+    return () if usd is None else ((usd, (state.workflow,)),)
 
 
-def _fold_reclaimed(state: FoldState, event: Mapping[str, Any]) -> Iterable[Observation]:
-    return [(state.reclaimed_usd, {sc.WORKFLOW: state.workflow})]
+def _fold_reclaimed(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    return ((state.reclaimed_usd, (state.workflow,)),)
 
 
-def _fold_net_lost(state: FoldState, event: Mapping[str, Any]) -> Iterable[Observation]:
+def _fold_net_lost(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
     usd = state.abandoned_usd()
-    return () if usd is None else [(usd - state.reclaimed_usd, {sc.WORKFLOW: state.workflow})]
+    return () if usd is None else ((usd - state.reclaimed_usd, (state.workflow,)),)
 
 
 # --- buckets ----------------------------------------------------------------------------------
