@@ -32,6 +32,7 @@ __all__ = [
     "FINISH",
     "REGISTRY",
     "AttrValue",
+    "Fold",
     "FoldState",
     "InstrumentKind",
     "MetricDefinition",
