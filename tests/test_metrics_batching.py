@@ -253,3 +253,15 @@ def test_recorders_on_one_meter_share_one_hook_and_stay_independent(sdk: Any) ->
     assert sc.METRIC_QUOTA_DENIALS in data
     first.finish(outcome("tools"))
     second.finish(outcome("quota"))
+
+
+def test_the_same_event_object_observed_twice_is_folded_twice_from_the_state_of_its_time(sdk: Any) -> None:
+    meter, reader = sdk
+    stream = events("tools")
+    at = next(i for i, e in enumerate(stream) if e["type"] == "agent:end")
+    stream.insert(at, stream[at])  # one object, twice: the second finds its agent already ended
+    _record(meter, stream, outcome("tools"))
+    got = _points(reader)
+    assert got == _reference(stream, outcome("tools"))
+    models = {dict(key)[sc.GEN_AI_REQUEST_MODEL] for key in got[sc.METRIC_AGENT_INVOCATIONS]}
+    assert "unknown" in models and len(models) > 1

@@ -208,7 +208,8 @@ class FoldState:
     terminal_recorded: bool = False
     outcome: RunOutcome | BaseException | None = None
     # The attribute tuple several definitions read from one event, built once for that event
-    # (holding the event also keeps its id from being reused by the next one).
+    # (holding the event also keeps its id from being reused by the next one). `advance` drops
+    # it: the same object observed again later must be read against the state of that time.
     _shared_event: object = None
     _shared_build: object = None
     _shared_value: Any = None
@@ -232,6 +233,7 @@ class FoldState:
 
     def advance(self, event: Mapping[str, Any]) -> None:
         """Move the state past one live event (called after that event's folds ran)."""
+        self._shared_event = None
         kind = event.get("type")
         span = event.get("spanId")
         span_key = span if isinstance(span, str) else ""
