@@ -18,7 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Meter, Observation, UpDownCounter
+from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Meter, UpDownCounter
+from opentelemetry.metrics import Observation as GaugeObservation
 
 from rulvar_otel.core.events import EventModel, event_to_wire
 from rulvar_otel.core.handle import RunHandle, RunOutcome
@@ -244,7 +245,7 @@ class _CollectHook:
         with self._lock:
             self._folders.discard(folder)
 
-    def __call__(self, options: CallbackOptions) -> Iterable[Observation]:
+    def __call__(self, options: CallbackOptions) -> Iterable[GaugeObservation]:
         with self._lock:
             folders = list(self._folders)
         for folder in folders:
