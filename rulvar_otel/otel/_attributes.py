@@ -50,21 +50,31 @@ _EVENT_SKIP: Final = frozenset(
 _DETERMINISM_OWN: Final = frozenset({"category", "provenance", "file", "line"})
 
 _CAMEL_BOUNDARY: Final = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-# Field name -> its full span-event attribute key; field names repeat in every event of a type.
-_event_key_cache: dict[str, str] = {}
+# An event's field names (in order) -> the (field, attribute key) pairs a span event may carry.
+# Events of one type share a shape, so most events cost one lookup instead of a test per field.
+# Indexed by "is a determinism:warning" (those export some fields under their own names).
+_SHAPE_PLAN_LIMIT: Final = 4096
+_shape_plans: tuple[dict[tuple[str, ...], tuple[tuple[str, str], ...]], ...] = ({}, {})
 
 
 def _snake(name: str) -> str:
     return _CAMEL_BOUNDARY.sub("_", name).replace("-", "_").replace(":", "_").lower()
 
 
-def _event_key(field: str) -> str:
-    key = _event_key_cache.get(field)
-    if key is None:
-        key = sc.EVENT_FIELD_PREFIX + _snake(field)
-        if len(_event_key_cache) < 4096:
-            _event_key_cache[field] = key
-    return key
+def _plan_shape(shape: tuple[str, ...], determinism: bool) -> tuple[tuple[str, str], ...]:
+    plan = tuple(
+        (field, sc.EVENT_FIELD_PREFIX + _snake(field))
+        for field in shape
+        # A non-string key cannot name an attribute.
+        if isinstance(field, str)
+        and field not in _EVENT_SKIP
+        and not (determinism and field in _DETERMINISM_OWN)
+    )
+    plans = _shape_plans[determinism]
+    if len(plans) >= _SHAPE_PLAN_LIMIT:
+        plans.clear()
+    plans[shape] = plan
+    return plan
 
 
 def _is_int(value: object) -> TypeGuard[int]:
@@ -91,6 +101,8 @@ def compact_json(value: object) -> str:
     return orjson.dumps(value).decode()
 
 
+_NUMBER_TYPES: Final = frozenset({int, float})
+_SCALAR_TYPES: Final = frozenset({int, float, bool})
 _USAGE_FIELDS: Final = (
     ("inputTokens", sc.GEN_AI_USAGE_INPUT_TOKENS),
     ("outputTokens", sc.GEN_AI_USAGE_OUTPUT_TOKENS),
@@ -101,12 +113,14 @@ _USAGE_FIELDS: Final = (
 
 
 def _add_usage(out: Attrs, usage: object) -> None:
-    if not isinstance(usage, Mapping):
+    # Parsed JSON is a plain dict: skip the Mapping ABC check (a Python-level call) for it.
+    if type(usage) is not dict and not isinstance(usage, Mapping):
         return
     u: Mapping[str, Any] = usage  # pyright: ignore[reportUnknownVariableType]
+    get = u.get
     for field, key in _USAGE_FIELDS:
-        value = u.get(field)
-        if type(value) is int or type(value) is float:
+        value: Any = get(field)
+        if type(value) in _NUMBER_TYPES:
             out[key] = value
 
 
@@ -171,7 +185,7 @@ def agent_close_attributes(event: Mapping[str, Any]) -> Attrs:
     if _is_number(retry := event.get("retryCount")):
         out[sc.RETRY_COUNT] = retry
     exploration = event.get("exploration")
-    if isinstance(exploration, Mapping):
+    if exploration is not None and isinstance(exploration, Mapping):
         ex: Mapping[str, Any] = exploration  # pyright: ignore[reportUnknownVariableType]
         for field, key in sc.EXPLORATION_FIELDS:
             if _is_number(value := ex.get(field)):
@@ -267,15 +281,17 @@ def event_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
             out[sc.CODE_FILEPATH] = mask(file)
         if _is_int(line := event.get("line")):
             out[sc.CODE_LINENO] = line
-    skip = _EVENT_SKIP
-    for field, value in event.items():
-        if field in skip or (determinism and field in _DETERMINISM_OWN):
-            continue
+    shape = tuple(event)
+    plan = _shape_plans[determinism].get(shape)
+    if plan is None:
+        plan = _plan_shape(shape, determinism)
+    for field, key in plan:
+        value = event[field]
         kind = type(value)
-        if kind is int or kind is float or kind is bool:
-            out[_event_key(field)] = value
-        elif isinstance(value, str):
-            out[_event_key(field)] = mask(value)
+        if kind in _SCALAR_TYPES:
+            out[key] = value
+        elif kind is str or isinstance(value, str):
+            out[key] = mask(value)
         elif field == "error":
             if isinstance(value, Mapping):
                 err: Mapping[str, Any] = value  # pyright: ignore[reportUnknownVariableType]
@@ -286,8 +302,8 @@ def event_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
         elif isinstance(value, list) and value:
             items: list[Any] = value  # pyright: ignore[reportUnknownVariableType]
             if all(_is_int(item) for item in items):
-                out[_event_key(field)] = tuple(items)
+                out[key] = tuple(items)
             elif all(_is_number(item) for item in items):
                 # OTel arrays are homogeneous: a mixed int/float array goes out as floats.
-                out[_event_key(field)] = tuple(float(item) for item in items)
+                out[key] = tuple(float(item) for item in items)
     return out

@@ -118,7 +118,7 @@ class SpanMapper:
     ) -> None:
         self._tracer = tracer
         self._identity = _reads_identity(tracer)
-        self._mask: Callable[[str], str] = _memo(masker.mask_flat)
+        self._mask: Callable[[str], str] = _MaskMemo(masker.mask_flat).__getitem__
         self._run_id = run_id
         self._masked_run_id = self._mask(run_id) if run_id is not None else None
         self._observers = tuple(observers)
@@ -145,6 +145,8 @@ class SpanMapper:
         self.event_count = 0
         self.failed_events = 0
         self.finished = False
+        # The stream's last run:end, whatever became of it: how the run settled, without a result.
+        self.last_run_end: Mapping[str, Any] | None = None
         self._handlers: dict[str, Callable[[Mapping[str, Any], int], None]] = {
             "run:start": self._on_run_start,
             "run:end": self._on_run_end,
@@ -206,6 +208,10 @@ class SpanMapper:
         except Exception:  # noqa: BLE001 - a strange event never breaks the host or the export
             self.failed_events += 1
             _log.debug("rulvar_otel: event %s could not be mapped", self.event_count, exc_info=True)
+        if self._observers:
+            self._notify(event)
+
+    def _notify(self, event: Mapping[str, Any]) -> None:
         for observer in self._observers:
             try:
                 observer.observe(event)
@@ -254,12 +260,17 @@ class SpanMapper:
         identity: str,
         attributes: dict[str, ax.AttrValue],
     ) -> _Rec:
-        attrs: dict[str, ax.AttrValue] = {}
-        if self._masked_run_id is not None:
-            attrs[sc.RUN_ID] = self._masked_run_id
+        run_id = self._masked_run_id
         seq = event.get("seq")
-        if type(seq) is int or type(seq) is float:
-            attrs[sc.ENTRY_SEQ] = seq
+        attrs: dict[str, ax.AttrValue]
+        if run_id is not None and type(seq) is int:
+            attrs = {sc.RUN_ID: run_id, sc.ENTRY_SEQ: seq}  # the usual envelope, in one step
+        else:
+            attrs = {}
+            if run_id is not None:
+                attrs[sc.RUN_ID] = run_id
+            if type(seq) is int or type(seq) is float:
+                attrs[sc.ENTRY_SEQ] = seq
         scope = event.get("scope")
         if isinstance(scope, str):
             attrs[sc.SCOPE] = self._mask(scope)
@@ -309,9 +320,10 @@ class SpanMapper:
         span = rec.span
         if span is None:
             return
+        ok = False
         if isinstance(status, str):
             attributes[sc.STATUS] = self._mask(status)
-        ok = isinstance(status, str) and status in _OK_VALUES and not force_error
+            ok = status in _OK_VALUES and not force_error
         if not ok and error_source is not None:
             error_type = ax.error_type(error_source, self._mask)
             if error_type is not None:
@@ -426,13 +438,15 @@ class SpanMapper:
         """The open span of ``kind`` the event's spanId names, for a closer."""
         span_id = event.get("spanId")
         rec = self._by_span_id.get(span_id) if isinstance(span_id, str) else None
-        return rec if rec is not None and rec.kind == kind and self._is_open(rec) else None
+        if rec is None or rec.kind != kind or rec.ended or rec.pending_end is not None:
+            return None
+        return rec
 
     def _host_for(self, event: Mapping[str, Any]) -> _Rec | None:
         span_id = event.get("spanId")
         if isinstance(span_id, str):
             rec = self._by_span_id.get(span_id)
-            if rec is not None and self._is_open(rec):
+            if rec is not None and not rec.ended and rec.pending_end is None:
                 return rec
         return self._innermost_open()
 
@@ -447,12 +461,13 @@ class SpanMapper:
     ) -> None:
         if host is None or not self._is_open(host):
             host = self._host_for(event)
-        if host is None or host.span is None:
+        span = host.span if host is not None else None
+        if span is None:
             return  # nothing open: there is nowhere to put it
         attrs = ax.event_attributes(event, self._mask)
         if replayed:
             attrs[sc.REPLAYED] = True
-        host.span.add_event(self._mask(name), attributes=attrs, timestamp=ns)
+        span.add_event(self._mask(name), attributes=attrs, timestamp=ns)
 
     def _duplicate_opener(self, existing: _Rec, event: Mapping[str, Any], ns: int) -> None:
         """An opener whose span already exists never opens a second one."""
@@ -496,6 +511,7 @@ class SpanMapper:
         self._current_run = rec
 
     def _on_run_end(self, event: Mapping[str, Any], ns: int) -> None:
+        self.last_run_end = event
         rec = self._open_by_span_id(event, _RUN)
         if rec is None:
             self._attach_event(event, ns, "run:end")
@@ -616,7 +632,7 @@ class SpanMapper:
         rec: _Rec | None = None
         if isinstance(call_id, str):
             rec = self._tools_by_id.pop((owner_key, call_id), None)
-            if rec is not None and not self._is_open(rec):
+            if rec is not None and (rec.ended or rec.pending_end is not None):
                 rec = None
         if rec is None:
             raw_name = event.get("toolName")
@@ -659,21 +675,22 @@ def _scope_closed(rec: _Rec) -> bool:
     return False
 
 
-def _memo(mask: Callable[[str], str]) -> Callable[[str], str]:
-    """``mask`` behind a plain dict: one lookup per repeated string instead of the masker's checks."""
-    memo: dict[str, str] = {}
-    lookup = memo.get
+class _MaskMemo(dict[str, str]):
+    """``mask`` behind a dict: a repeated string costs one C-level lookup (``__getitem__``), and
+    only a new one reaches the masker (``__missing__``)."""
 
-    def masked(text: str) -> str:
-        out = lookup(text)
-        if out is None:
-            out = mask(text)
-            if len(memo) >= _MASK_MEMO_LIMIT:
-                memo.clear()
-            memo[text] = out
+    __slots__ = ("_masker",)
+
+    def __init__(self, mask: Callable[[str], str]) -> None:
+        super().__init__()
+        self._masker = mask
+
+    def __missing__(self, text: str) -> str:
+        out = self._masker(text)
+        if len(self) >= _MASK_MEMO_LIMIT:
+            self.clear()
+        self[text] = out
         return out
-
-    return masked
 
 
 def _hashable(value: object) -> object:

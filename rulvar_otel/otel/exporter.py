@@ -66,16 +66,11 @@ def export_events(
     """
     mapper = create_mapper(tracer, patterns=patterns, meter=meter, run_id=run_id)
     feed = mapper.feed
-    last_run_end: Mapping[str, Any] | None = None
-    derive = outcome is None
     for event in events:
         # Parsed JSON is a plain dict: skip the Mapping ABC check on the hot path.
-        wire = event if type(event) is dict else _wire(event)
-        feed(wire)
-        if derive and wire.get("type") == "run:end":
-            last_run_end = wire
+        feed(event if type(event) is dict else _wire(event))
     if outcome is None:
-        outcome = outcome_from_run_end(last_run_end)
+        outcome = outcome_from_run_end(mapper.last_run_end)
     return mapper.finish(outcome)
 
 
