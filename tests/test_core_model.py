@@ -264,3 +264,15 @@ def test_sanitized_text_has_no_controls_and_one_line(raw: str) -> None:
     out = sanitize_terminal_text(raw)
     assert _CONTROL.search(out) is None
     assert "\n" not in out and "\r" not in out
+
+
+def test_shortest_default_match_bound_holds() -> None:
+    # The masker skips strings shorter than the shortest default match: prove the bound is real.
+    from rulvar_otel.core.masking import _SHORTEST_DEFAULT_MATCH
+
+    assert mask_secrets("xoxb-" + "1" * 10) == MASKED_SECRET
+    assert len("xoxb-" + "1" * 10) == _SHORTEST_DEFAULT_MATCH
+    for key in KEYS:
+        assert len(key) >= _SHORTEST_DEFAULT_MATCH
+    host = compile_secret_masker([r"\d{3}"])
+    assert host.mask("a 123") == f"a {MASKED_SECRET}"

@@ -38,6 +38,8 @@ DEFAULT_SECRET_PATTERNS: Final[tuple[str, ...]] = (
     r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
 )
 
+# The shortest string any default pattern can match: "xoxb-" plus 10 characters.
+_SHORTEST_DEFAULT_MATCH: Final = 15
 # Bound on the memo of already-masked strings; ids and names repeat a lot in one stream.
 _CACHE_LIMIT: Final = 8192
 
@@ -47,7 +49,7 @@ _T = TypeVar("_T")
 class SecretMasker:
     """An immutable, compiled masking policy: the default set, then host patterns in order."""
 
-    __slots__ = ("_cache", "_prefilter", "_regexes", "patterns")
+    __slots__ = ("_cache", "_min_length", "_prefilter", "_regexes", "patterns")
 
     def __init__(self, regexes: Sequence[re.Pattern[str]], patterns: tuple[str, ...]) -> None:
         self._regexes = tuple(regexes)
@@ -55,9 +57,14 @@ class SecretMasker:
         # One alternation answers "could anything match?" in a single scan; most strings are clean.
         self._prefilter = re.compile("|".join(f"(?:{r.pattern})" for r in self._regexes))
         self._cache: dict[str, str | None] = {}
+        # No default credential shape is shorter than this, so shorter strings (most ids, names
+        # and statuses) skip the scan; a host pattern can match anything, so it disables the cut.
+        self._min_length = _SHORTEST_DEFAULT_MATCH if not patterns else 0
 
     def mask(self, text: str) -> str:
         """Return ``text`` with every match replaced by :data:`MASKED_SECRET`."""
+        if len(text) < self._min_length:
+            return text
         if text in self._cache:
             # None marks a clean string: hand back the caller's own object (identity matters).
             cached = self._cache[text]
