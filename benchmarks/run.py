@@ -299,7 +299,7 @@ def bench_scale(
                     notes,
                 )
             )
-    if len(fit) >= 2:
+    if len(fit) >= 3:
         n = len(fit)
         mean_x = sum(x for x, _ in fit) / n
         mean_y = sum(y for _, y in fit) / n
@@ -390,7 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--scale",
         type=_int_list,
-        help="scale points in events (default 100000,1000000; quick 5000,20000); 10000000 adds 10M",
+        help="scale points in events (default 100000,300000,1000000; quick 5000,10000,20000); add 10000000 for 10M",
     )
     parser.add_argument(
         "--scale-tracers", default="noop,sdk", help="tracers for the scale points: noop, sdk (default both)"
@@ -408,7 +408,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not stream.is_file():
         parser.error(f"no stream at {stream} (the reference fixtures live in ../shared next to the repo)")
     rounds = args.rounds or (3 if args.quick else 15)
-    points = args.scale or ([5_000, 20_000] if args.quick else [100_000, 1_000_000])
+    # Three points by default, so the linear fit has something to prove (two points fit any line).
+    points = args.scale or ([5_000, 10_000, 20_000] if args.quick else [100_000, 300_000, 1_000_000])
     target_events = 1_000_000
     sections = {s.strip() for s in args.only.split(",")}
     tracers = [t.strip() for t in args.scale_tracers.split(",") if t.strip()]

@@ -14,7 +14,7 @@ STREAM = REPO.parent / "shared" / "fixtures" / "reference" / "streams" / "tools.
 def test_quick_mode_prints_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
     command = [sys.executable, "-m", "benchmarks", "--quick", "--stream", str(STREAM), "--rounds", "1"]
-    command += ["--scale", "300,900", "--json", str(out)]
+    command += ["--scale", "300,600,900", "--json", str(out)]
     done = subprocess.run(
         command,
         cwd=REPO,
