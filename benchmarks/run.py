@@ -390,7 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--scale",
         type=_int_list,
-        help="scale points in events (default 100000,300000,1000000; quick 5000,10000,20000); add 10000000 for 10M",
+        help="scale points in events (default 100000,300000,1000000; quick 5000,10000,20000; add 10000000)",
     )
     parser.add_argument(
         "--scale-tracers", default="noop,sdk", help="tracers for the scale points: noop, sdk (default both)"
