@@ -73,3 +73,25 @@ def test_generator_falls_back_to_random_when_the_identity_is_unset() -> None:
         assert 0 < gen.generate_trace_id() < 2**128 and 0 < gen.generate_span_id() < 2**64
     finally:
         SPAN_IDENTITY.reset(token)
+
+
+def test_a_wrapped_tracer_still_gets_deterministic_ids() -> None:
+    # The mapper only skips setting the span identity where it is certainly unread (a no-op
+    # tracer, or the SDK's stock random generator); a host's wrapper around a tracer is neither.
+    class Wrapper:
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def start_span(self, *args: Any, **kwargs: Any) -> Any:
+            return self._inner.start_span(*args, **kwargs)
+
+    def run_once() -> list[ReadableSpan]:
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider(id_generator=RulvarIdGenerator())
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        export_events(events("tools"), Wrapper(provider.get_tracer("t")), outcome=outcome("tools"))  # type: ignore[arg-type]
+        return list(exporter.get_finished_spans())
+
+    first, second = run_once(), run_once()
+    assert _identity(first) == _identity(second)
+    assert {s.context.trace_id for s in first} == {derive_trace_id(events("tools")[0]["runId"])}
