@@ -19,10 +19,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Final, TypeAlias, TypeVar
 
+from rulvar_otel.core.events import parse_ts_ns
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import SecretMasker
 from rulvar_otel.otel import semconv as sc
@@ -149,20 +149,12 @@ def _num(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _ts(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        stamp = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    # Naive and aware stamps cannot be subtracted; a stamp without an offset is read as UTC.
-    return stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=UTC)
+_ts = parse_ts_ns  # the one reading of an envelope ts: exact integer nanoseconds, UTC if naive
 
 
-def _seconds(start: datetime, end: datetime) -> float:
-    # timedelta arithmetic is exact to the microsecond, unlike epoch floats.
-    return max((end - start).total_seconds(), 0.0)
+def _seconds(start: int, end: int) -> float:
+    # Integer nanoseconds subtract exactly; only the difference becomes a float.
+    return max((end - start) / 1e9, 0.0)
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -173,7 +165,7 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 
 @dataclass(slots=True)
 class _AgentSpan:
-    start_ts: datetime | None
+    start_ts: int | None
     model: str
     agent_type: str
 
@@ -195,7 +187,7 @@ class FoldState:
 
     masker: SecretMasker
     workflow: str = UNKNOWN
-    run_start_ts: datetime | None = None
+    run_start_ts: int | None = None
     agents: dict[str, _AgentSpan] = field(default_factory=dict)
     denied_spans: set[str] = field(default_factory=set)  # spans with quota denials pending
     task_agent_type: dict[str, str] = field(default_factory=dict)  # logicalTaskId -> agentType
