@@ -5,12 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PYTHON="${PYTHON:-python3}"
-VENV="${VENV:-.venv}"
-if [ ! -x "$VENV/bin/python" ]; then
-  "$PYTHON" -m venv "$VENV"
-fi
-quiet_pip() { "$VENV/bin/python" -m pip "$@" 2>&1 | { grep -v '^WARNING: Location' || true; }; }
-quiet_pip install --quiet --upgrade pip
-quiet_pip install --quiet -e .
+source scripts/_venv.sh
+setup_venv .
 "$VENV/bin/rulvar-otel" demo "$@"

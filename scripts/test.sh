@@ -5,16 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PYTHON="${PYTHON:-python3}"
-VENV="${VENV:-.venv}"
-if [ ! -x "$VENV/bin/python" ]; then
-  "$PYTHON" -m venv "$VENV"
-fi
-# pip's "Location ... is ignored" notes about this machine's local indexes are noise here.
-quiet_pip() { "$VENV/bin/python" -m pip "$@" 2>&1 | { grep -v '^WARNING: Location' || true; }; }
-quiet_pip install --quiet --upgrade pip
-quiet_pip install --quiet -e '.[dev]'
-"$VENV/bin/python" -c 'import rulvar_otel, pytest, mypy, ruff' # fail here, clearly, if the install did
+source scripts/_venv.sh
+setup_venv '.[dev]'
+"$VENV/bin/python" -c 'import pytest, mypy, ruff'
 bash scripts/install_test_services.sh
 
 export PATH="$PWD/$VENV/bin:$PATH"
