@@ -23,7 +23,7 @@ import orjson
 __all__ = ["Figure", "main"]
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_STREAM = REPO.parent / "shared" / "fixtures" / "reference" / "streams" / "large.jsonl"
+DEFAULT_STREAM = REPO / "tests" / "fixtures" / "reference" / "streams" / "large.jsonl"
 CACHE = Path(tempfile.gettempdir()) / "rulvar-otel-bench"
 
 
@@ -406,7 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     stream: Path = args.stream
     if not stream.is_file():
-        parser.error(f"no stream at {stream} (the reference fixtures live in ../shared next to the repo)")
+        parser.error(f"no stream at {stream} (the reference corpus lives in tests/fixtures/reference)")
     rounds = args.rounds or (3 if args.quick else 15)
     # Three points by default, so the linear fit has something to prove (two points fit any line).
     points = args.scale or ([5_000, 10_000, 20_000] if args.quick else [100_000, 300_000, 1_000_000])

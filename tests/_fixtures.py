@@ -1,4 +1,4 @@
-"""Access to the shared reference corpus (read in place, never copied into the repo)."""
+"""Access to the in-repo reference corpus (`tests/fixtures/reference`, see its README)."""
 
 from __future__ import annotations
 
@@ -12,18 +12,40 @@ from typing import Any
 from rulvar_otel.core.handle import RunOutcome, outcome_from_json
 from rulvar_otel.errors import RunRejectedError
 
-REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "reference"
+REFERENCE = Path(__file__).resolve().parent / "fixtures" / "reference"
 STREAMS = REFERENCE / "streams"
 SPANS = REFERENCE / "spans"
 
 
+# The corpus holds 43 streams and 47 span trees; fewer means a broken checkout, never an empty suite.
+MIN_STREAMS = 43
+MIN_SPAN_TREES = 47
+
+
+class MissingFixtureError(AssertionError):
+    """The reference corpus is missing or incomplete in this checkout."""
+
+
+def _require(paths: list[Path], minimum: int, what: str) -> list[Path]:
+    if len(paths) < minimum:
+        raise MissingFixtureError(
+            f"expected at least {minimum} {what} under {REFERENCE}, found {len(paths)}: "
+            "the reference corpus is incomplete"
+        )
+    return paths
+
+
 def stream_names() -> list[str]:
-    return sorted(p.name.removesuffix(".jsonl") for p in STREAMS.glob("*.jsonl"))
+    paths = _require(sorted(STREAMS.glob("*.jsonl")), MIN_STREAMS, "streams")
+    return [p.name.removesuffix(".jsonl") for p in paths]
 
 
 @cache
 def _events(name: str) -> tuple[dict[str, Any], ...]:
-    lines = (STREAMS / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()
+    path = STREAMS / f"{name}.jsonl"
+    if not path.is_file():
+        raise MissingFixtureError(f"no reference stream {name!r} at {path}")
+    lines = path.read_text(encoding="utf-8").splitlines()
     return tuple(json.loads(line) for line in lines if line.strip())
 
 
@@ -48,7 +70,7 @@ class Reference:
 
 
 def reference_files() -> Iterator[Path]:
-    yield from sorted(SPANS.glob("*.json"))
+    yield from _require(sorted(SPANS.glob("*.json")), MIN_SPAN_TREES, "span trees")
 
 
 def load_reference(path: Path) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-STREAM = REPO.parent / "shared" / "fixtures" / "reference" / "streams" / "tools.jsonl"
+STREAM = REPO / "tests" / "fixtures" / "reference" / "streams" / "tools.jsonl"
 
 
 def test_quick_mode_prints_every_figure(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ def test_readme_python_example_runs(tmp_path: Path) -> None:
     assert block is not None
     code = block.group(1)
     # The recorded-stream lines read a file the example does not ship: give it one.
-    stream = ROOT.parent / "shared" / "fixtures" / "reference" / "streams" / "tools.jsonl"
+    stream = ROOT / "tests" / "fixtures" / "reference" / "streams" / "tools.jsonl"
     (tmp_path / "run.jsonl").write_bytes(stream.read_bytes())
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False
