@@ -9,7 +9,6 @@ wrong raises :class:`EventError` naming the field: the typed surface promises ty
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Annotated, Any, Final, Literal, TypeAlias, Union
 
 import orjson
@@ -25,6 +24,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from rulvar_otel.core.wire import ENVELOPE_FIELDS
+from rulvar_otel.core.wire import ts_ns as parse_ts_ns
 from rulvar_otel.errors import EventError
 
 __all__ = [
@@ -87,7 +88,6 @@ __all__ = [
     "parse_ts_ns",
 ]
 
-ENVELOPE_FIELDS: Final = frozenset({"runId", "seq", "ts", "spanId", "parentSpanId", "replayed", "type"})
 
 RunStatus: TypeAlias = Literal["ok", "error", "cancelled", "exhausted", "suspended"]
 Completion: TypeAlias = Literal["complete", "partial", "rejected"]
@@ -665,27 +665,6 @@ def _describe(value: Mapping[str, Any], exc: ValidationError) -> str:
         loc = [str(p) for p in err["loc"] if str(p) != kind and str(p) != _UNKNOWN_TAG]
         parts.append(f"{'.'.join(loc) or '<event>'}: {err['msg']}")
     return f"invalid {kind!r} event: " + "; ".join(parts)
-
-
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def parse_ts_ns(value: object) -> int | None:
-    """Epoch nanoseconds of an envelope ``ts`` (ISO 8601), exactly; None when absent or malformed.
-
-    A stamp without an offset is read as UTC, never as the local zone: every fold of a stream
-    must agree on its times.
-    """
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    delta = parsed - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
 
 
 def event_to_wire(event: EventModel | Mapping[str, Any]) -> dict[str, Any]:

@@ -17,9 +17,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from rulvar_otel.core.events import EventModel, event_to_wire, parse_ts_ns
-from rulvar_otel.core.handle import EventLike
+from rulvar_otel.core.handle import EventLike, RunOutcome
 from rulvar_otel.core.masking import SecretMasker, default_masker, sanitize_terminal_text
+from rulvar_otel.core.wire import as_int, as_number, as_str, as_wire, ts_ns
 
 __all__ = [
     "AgentRow",
@@ -30,9 +30,7 @@ __all__ = [
     "format_duration",
     "format_tokens",
     "format_usd",
-    "parse_ts",
     "render_progress",
-    "wire_of",
 ]
 
 # Terminal agent statuses; anything else on agent:end is shown verbatim (sanitized).
@@ -41,33 +39,10 @@ _DONE: Final = frozenset({"ok", "error", "cancelled", "limit", "exhausted", "abo
 _CHARS_PER_TOKEN: Final = 4
 
 
-def wire_of(event: EventLike) -> Mapping[str, Any]:
-    """The wire-form mapping of either event form."""
-    if isinstance(event, EventModel):
-        return event_to_wire(event)
-    return event
-
-
-def parse_ts(value: object) -> float | None:
-    """Epoch seconds of an ISO 8601 ``ts`` (None when absent or malformed)."""
-    ns = parse_ts_ns(value)
+def _ts_seconds(value: object) -> float | None:
+    """Epoch seconds of an envelope ``ts`` (None when absent or malformed)."""
+    ns = ts_ns(value)
     return None if ns is None else ns / 1e9
-
-
-def _num(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _int(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        return None
-    return value
-
-
-def _str(value: object) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def format_duration(seconds: float | None) -> str:
@@ -202,30 +177,42 @@ class ProgressState:
         self.quota_denials = 0
         self.warnings = 0
         self.events = 0
+        # How the run settled, once a drain finished this fold (None while it runs).
+        self.outcome: RunOutcome | BaseException | None = None
 
     def clean(self, value: object) -> str:
         """Mask, then sanitize, one dynamic value for a terminal."""
         return sanitize_terminal_text(self._masker.mask(value if isinstance(value, str) else str(value)))
 
     def agent_name(self, wire: Mapping[str, Any]) -> str:
-        label = _str(wire.get("label"))
-        agent_type = _str(wire.get("agentType"))
+        label = as_str(wire.get("label"))
+        agent_type = as_str(wire.get("agentType"))
         name = label or agent_type or "agent"
         return self.clean(name)
 
     def _agent(self, wire: Mapping[str, Any], span_id: str) -> AgentRow:
         row = self.agents.get(span_id)
         if row is None:
-            row = AgentRow(span_id, _str(wire.get("parentSpanId")), self.agent_name(wire))
+            row = AgentRow(span_id, as_str(wire.get("parentSpanId")), self.agent_name(wire))
             self.agents[span_id] = row
         return row
 
+    def feed(self, event: Mapping[str, Any]) -> None:
+        """Fold one wire-form event (the drain's :class:`~rulvar_otel.core.drain.Sink` protocol)."""
+        self.apply(event)
+
+    def finish(self, outcome: RunOutcome | BaseException | None) -> None:
+        """Keep how the run settled; a rejection with no ``run:end`` seen marks the run failed."""
+        self.outcome = outcome
+        if isinstance(outcome, BaseException) and self.status == "running":
+            self.status = "error"
+
     def apply(self, event: EventLike) -> Mapping[str, Any]:
         """Fold one event; returns its wire form (callers reuse it)."""
-        wire = wire_of(event)
+        wire = as_wire(event)
         self.events += 1
         kind = wire.get("type")
-        ts = parse_ts(wire.get("ts"))
+        ts = _ts_seconds(wire.get("ts"))
         if ts is not None and (self.last_ts is None or ts > self.last_ts):
             self.last_ts = ts
         span = wire.get("spanId")
@@ -250,14 +237,14 @@ class ProgressState:
         self.ended_at = None
 
     def _run_end(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
-        status = _str(wire.get("status"))
+        status = as_str(wire.get("status"))
         self.status = self.clean(status) if status else "unknown"
-        completion = _str(wire.get("completion"))
+        completion = as_str(wire.get("completion"))
         self.completion = self.clean(completion) if completion else None
         self.settled = wire.get("settled") is not False
-        reason = _str(wire.get("settledReason"))
+        reason = as_str(wire.get("settledReason"))
         self.settled_reason = self.clean(reason) if reason else None
-        self.total_usd = _num(wire.get("totalUsd"))
+        self.total_usd = as_number(wire.get("totalUsd"))
         self.ended_at = ts
         # A suspension is a pause: rows still running stay running for the resumed segment.
         if status != "suspended":
@@ -267,18 +254,18 @@ class ProgressState:
                     row.ended_at = ts
 
     def _phase_start(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
-        name = _str(wire.get("phase"))
+        name = as_str(wire.get("phase"))
         self.phases[span_id] = PhaseRow(
-            span_id, self.clean(name) if name is not None else "phase", _str(wire.get("parentSpanId")), ts
+            span_id, self.clean(name) if name is not None else "phase", as_str(wire.get("parentSpanId")), ts
         )
 
     def _budget(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
-        spent = _num(wire.get("spentUsd"))
-        remaining = _num(wire.get("remainingUsd"))
+        spent = as_number(wire.get("spentUsd"))
+        remaining = as_number(wire.get("remainingUsd"))
         if spent is not None:
             self.spent_usd = spent
         self.remaining_usd = remaining
-        self.committed_reserve_usd = _num(wire.get("committedReserveUsd"))
+        self.committed_reserve_usd = as_number(wire.get("committedReserveUsd"))
         # Without an explicit ceiling, spent + remaining is the budget the engine enforces.
         if not self._ceiling_given and spent is not None and remaining is not None:
             self.ceiling_usd = (
@@ -298,16 +285,16 @@ class ProgressState:
         row.name = self.agent_name(wire)
         row.status = "running"
         row.started_at = ts
-        model = _str(wire.get("model"))
+        model = as_str(wire.get("model"))
         row.model = self.clean(model) if model else None
-        role = _str(wire.get("role"))
+        role = as_str(wire.get("role"))
         row.role = self.clean(role) if role else None
         row.replayed = replayed
 
     def _phase_open(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
         row = self._agent(wire, span_id)
-        role = _str(wire.get("role"))
-        invocation = _int(wire.get("invocation"))
+        role = as_str(wire.get("role"))
+        invocation = as_int(wire.get("invocation"))
         clean_role = self.clean(role) if role else "phase"
         row.active_role = clean_role
         row.retrying = False
@@ -316,36 +303,36 @@ class ProgressState:
 
     def _phase_close(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
         row = self._agent(wire, span_id)
-        role = _str(wire.get("role"))
+        role = as_str(wire.get("role"))
         clean_role = self.clean(role) if role else "phase"
-        invocation = _int(wire.get("invocation"))
+        invocation = as_int(wire.get("invocation"))
         if invocation is not None:
             row.open_phases.pop(invocation, None)
-        duration = _num(wire.get("durationMs"))
+        duration = as_number(wire.get("durationMs"))
         if duration is not None:
             row.role_seconds[clean_role] = row.role_seconds.get(clean_role, 0.0) + duration / 1000
         usage = wire.get("usage")
         if isinstance(usage, Mapping) and not row.done:
             # Running totals until agent:end brings the authoritative whole.
-            row.input_tokens = (row.input_tokens or 0) + (_int(usage.get("inputTokens")) or 0)
-            row.output_tokens = (row.output_tokens or 0) + (_int(usage.get("outputTokens")) or 0)
-        cost = _num(wire.get("costUsd"))
+            row.input_tokens = (row.input_tokens or 0) + (as_int(usage.get("inputTokens")) or 0)
+            row.output_tokens = (row.output_tokens or 0) + (as_int(usage.get("outputTokens")) or 0)
+        cost = as_number(wire.get("costUsd"))
         if cost is not None and not row.done:
             row.cost_usd = (row.cost_usd or 0.0) + cost
         row.active_role = next(reversed(row.open_phases.values()), None) if row.open_phases else None
 
     def _agent_end(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
         row = self._agent(wire, span_id)
-        status = _str(wire.get("status"))
+        status = as_str(wire.get("status"))
         row.status = self.clean(status) if status else "unknown"
         row.ended_at = ts
         if row.started_at is None:
             row.started_at = ts
         usage = wire.get("usage")
         if isinstance(usage, Mapping):
-            row.input_tokens = _int(usage.get("inputTokens"))
-            row.output_tokens = _int(usage.get("outputTokens"))
-        cost = _num(wire.get("costUsd"))
+            row.input_tokens = as_int(usage.get("inputTokens"))
+            row.output_tokens = as_int(usage.get("outputTokens"))
+        cost = as_number(wire.get("costUsd"))
         if cost is not None:
             row.cost_usd = cost
         error = wire.get("error")
@@ -374,7 +361,7 @@ class ProgressState:
 
     def _tool_start(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
         self.tool_calls += 1
-        name = _str(wire.get("toolName"))
+        name = as_str(wire.get("toolName"))
         if span_id in self.agents:
             self.agents[span_id].current_tool = self.clean(name) if name else "tool"
 
@@ -386,13 +373,13 @@ class ProgressState:
         self.waiting.pop(span_id, None)
 
     def _child_start(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
-        workflow = _str(wire.get("workflow"))
-        scope = _str(wire.get("scope"))
+        workflow = as_str(wire.get("workflow"))
+        scope = as_str(wire.get("scope"))
         self.children[span_id] = ChildRow(
             span_id,
             self.clean(workflow) if workflow else "child",
             self.clean(scope) if scope else None,
-            _str(wire.get("parentSpanId")),
+            as_str(wire.get("parentSpanId")),
             started_at=ts,
         )
 
@@ -401,16 +388,16 @@ class ProgressState:
         if row is None:
             self._child_start(wire, span_id, ts, replayed)
             row = self.children[span_id]
-        status = _str(wire.get("status"))
+        status = as_str(wire.get("status"))
         row.status = self.clean(status) if status else "unknown"
         row.ended_at = ts
 
     def _external(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
-        key = _str(wire.get("key"))
+        key = as_str(wire.get("key"))
         self.waiting[span_id] = "external " + (self.clean(key) if key else "?")
 
     def _approval(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
-        tool = _str(wire.get("toolName"))
+        tool = as_str(wire.get("toolName"))
         self.waiting[span_id] = "approval " + (self.clean(tool) if tool else "?")
 
     def _log(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
@@ -533,8 +520,8 @@ class ProgressLines:
             retry = "retrying" if wire.get("willRetry") is True else "final"
             return [f"agent {name} error {code} ({retry})"]
         if kind == "quota:denied":
-            reason = _str(wire.get("reason"))
-            after = _num(wire.get("retryAfterMs"))
+            reason = as_str(wire.get("reason"))
+            after = as_number(wire.get("retryAfterMs"))
             extra = f" {st.clean(reason)}" if reason else ""
             extra += f" retry in {format_duration(after / 1000)}" if after is not None else ""
             return [f"agent {st.agent_name(wire)} quota wait{extra}"]
@@ -542,11 +529,11 @@ class ProgressLines:
             verb = "waits on in-flight exposure" if wire.get("willWait") is True else "exposure drained"
             return [f"agent {st.agent_name(wire)} {verb}"]
         if kind == "tool:end":
-            outcome = _str(wire.get("outcome"))
-            tool = _str(wire.get("toolName"))
-            guard = _str(wire.get("guard"))
+            outcome = as_str(wire.get("outcome"))
+            tool = as_str(wire.get("toolName"))
+            guard = as_str(wire.get("guard"))
             text = f"tool {st.clean(tool) if tool else '?'} {st.clean(outcome) if outcome else '?'}"
-            duration = _num(wire.get("durationMs"))
+            duration = as_number(wire.get("durationMs"))
             if duration is not None:
                 text += f" {format_duration(duration / 1000)}"
             if guard:
@@ -571,7 +558,7 @@ class ProgressLines:
 
     def _budget_line(self, wire: Mapping[str, Any]) -> list[str]:
         st = self.state
-        ts = parse_ts(wire.get("ts"))
+        ts = _ts_seconds(wire.get("ts"))
         spent = st.spent_usd
         if spent is None or spent == self._last_budget_spent:
             return []

@@ -14,7 +14,6 @@ a replayed stream re-stamps emission times, so its intervals are degenerate.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeAlias
@@ -22,8 +21,8 @@ from typing import Any, Final, Literal, TypeAlias
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from rulvar_otel.core.events import EventModel, event_to_wire, parse_ts_ns
 from rulvar_otel.core.handle import EventLike
+from rulvar_otel.core.wire import as_int, as_number, as_str, as_wire, ts_ns
 
 __all__ = [
     "CITATION_JUDGE_LABEL",
@@ -170,24 +169,6 @@ class CriticalPath(_Out):
 # -- helpers -----------------------------------------------------------------------------------
 
 
-def _wire(event: EventLike) -> Mapping[str, Any]:
-    return event_to_wire(event) if isinstance(event, EventModel) else event
-
-
-def _str(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _num(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
 def _basis(value: object) -> CostBasis:
     # A stream recorded before the field existed priced aggregates: absence never claims per-call.
     return "per-call" if value == "per-call" else "aggregate-estimate"
@@ -196,7 +177,7 @@ def _basis(value: object) -> CostBasis:
 def _usage(value: object) -> Usage | None:
     if not isinstance(value, Mapping):
         return None
-    return {k: v for k, v in value.items() if isinstance(k, str) and _int(v) is not None}
+    return {k: v for k, v in value.items() if isinstance(k, str) and as_int(v) is not None}
 
 
 def _add_usage(into: Usage, more: Usage) -> None:
@@ -205,7 +186,7 @@ def _add_usage(into: Usage, more: Usage) -> None:
 
 
 def _ts_ms(value: object) -> float | None:
-    ns = parse_ts_ns(value)
+    ns = ts_ns(value)
     return None if ns is None else round(ns / 1e6, 3)
 
 
@@ -347,55 +328,58 @@ def reduce_invocation_table(events: Iterable[EventLike]) -> InvocationTable:
         if row is None:
             row = _Agent(
                 span_id,
-                _str(wire.get("parentSpanId")),
-                _str(wire.get("agentType")),
-                _str(wire.get("label")),
+                as_str(wire.get("parentSpanId")),
+                as_str(wire.get("agentType")),
+                as_str(wire.get("label")),
                 wire.get("replayed") is True,
             )
             agents[span_id] = row
         return row
 
     for event in events:
-        wire = _wire(event)
+        wire = as_wire(event)
         kind = wire.get("type")
         if kind not in ("agent:start", "agent:phase:start", "agent:phase:end", "agent:end"):
             continue
-        span_id = _str(wire.get("spanId")) or ""
+        span_id = as_str(wire.get("spanId")) or ""
         row = row_for(wire, span_id)
         if kind == "agent:start":
             # One opener per span; a re-emitted or legacy per-phase duplicate changes nothing.
             if not row.seen_start:
                 row.seen_start = True
-                row.role = _str(wire.get("role"))
-                row.model = _str(wire.get("model"))
+                row.role = as_str(wire.get("role"))
+                row.model = as_str(wire.get("model"))
                 row.started_ms = _ts_ms(wire.get("ts"))
                 if row.label is None:
-                    row.label = _str(wire.get("label"))
+                    row.label = as_str(wire.get("label"))
         elif kind == "agent:phase:start":
-            invocation = _int(wire.get("invocation"))
+            invocation = as_int(wire.get("invocation"))
             phase = _Phase(
-                invocation, _str(wire.get("role")), _str(wire.get("model")), wire.get("replayed") is True
+                invocation, as_str(wire.get("role")), as_str(wire.get("model")), wire.get("replayed") is True
             )
             row.phases.append(phase)
             open_phases[(span_id, invocation)] = phase
         elif kind == "agent:phase:end":
-            invocation = _int(wire.get("invocation"))
+            invocation = as_int(wire.get("invocation"))
             found = open_phases.pop((span_id, invocation), None)
             if found is None:
                 # An end without its start (attached mid-stream): keep its facts rather than drop them.
                 found = _Phase(
-                    invocation, _str(wire.get("role")), _str(wire.get("model")), wire.get("replayed") is True
+                    invocation,
+                    as_str(wire.get("role")),
+                    as_str(wire.get("model")),
+                    wire.get("replayed") is True,
                 )
                 row.phases.append(found)
             found.open = False
-            found.role = _str(wire.get("role")) or found.role
-            found.model = _str(wire.get("model")) or found.model
-            found.duration_ms = _num(wire.get("durationMs"))
+            found.role = as_str(wire.get("role")) or found.role
+            found.model = as_str(wire.get("model")) or found.model
+            found.duration_ms = as_number(wire.get("durationMs"))
             found.usage = _usage(wire.get("usage"))
-            found.cost_usd = _num(wire.get("costUsd"))
+            found.cost_usd = as_number(wire.get("costUsd"))
             found.cost_basis = _basis(wire.get("costBasis"))
-            found.outcome = _str(wire.get("outcome"))
-            found.retries = _int(wire.get("retries"))
+            found.outcome = as_str(wire.get("outcome"))
+            found.retries = as_int(wire.get("retries"))
             role = found.role or "unknown"
             usage_acc, cost_acc, basis_acc, count_acc = buckets.setdefault(
                 role, ({}, [0.0], ["per-call"], [0])
@@ -407,19 +391,19 @@ def reduce_invocation_table(events: Iterable[EventLike]) -> InvocationTable:
             count_acc[0] += 1
         else:  # agent:end
             row.open = False
-            row.status = _str(wire.get("status"))
+            row.status = as_str(wire.get("status"))
             row.ended_ms = _ts_ms(wire.get("ts"))
             row.usage = _usage(wire.get("usage"))
-            row.cost_usd = _num(wire.get("costUsd"))
+            row.cost_usd = as_number(wire.get("costUsd"))
             row.cost_basis = _basis(wire.get("costBasis"))
             row.usage_approx = wire.get("usageApprox") is True
-            row.retry_count = _int(wire.get("retryCount"))
+            row.retry_count = as_int(wire.get("retryCount"))
             row.host_rejected = wire.get("hostRejected") is True
             budget = wire.get("toolBudget")
             row.tool_budget = dict(budget) if isinstance(budget, Mapping) else None
             total += row.cost_usd or 0.0
             if row.label is None:
-                row.label = _str(wire.get("label"))
+                row.label = as_str(wire.get("label"))
 
     by_role = {
         role: RoleBucket(usage=usage, cost_usd=cost[0], cost_basis=basis[0], phases=count[0])
@@ -475,12 +459,12 @@ def reduce_critical_path(events: Iterable[EventLike]) -> CriticalPath:
     synth_intervals: list[tuple[SynthesizeClass, float, float]] = []
 
     for event in events:
-        wire = _wire(event)
+        wire = as_wire(event)
         kind = wire.get("type")
         at = _ts_ms(wire.get("ts"))
         if at is None:
             continue
-        span_id = _str(wire.get("spanId")) or ""
+        span_id = as_str(wire.get("spanId")) or ""
         if kind == "run:start":
             segments += 1
             if run_start is None:
@@ -489,17 +473,17 @@ def reduce_critical_path(events: Iterable[EventLike]) -> CriticalPath:
             run_end = at
         elif kind == "agent:start":
             if span_id not in starts:
-                starts[span_id] = _Start(_str(wire.get("role")), at, _str(wire.get("label")))
+                starts[span_id] = _Start(as_str(wire.get("role")), at, as_str(wire.get("label")))
         elif kind in ("agent:phase:end", "tool:end"):
             started = starts.get(span_id)
             if started is None or started.role != COORDINATION_ROLE:
                 continue
-            duration = _num(wire.get("durationMs"))
+            duration = as_number(wire.get("durationMs"))
             span = duration if duration is not None and duration > 0 else 0.0
             if kind == "agent:phase:end":
-                coord_model.append((_str(wire.get("role")) or "unknown", at - span, at))
+                coord_model.append((as_str(wire.get("role")) or "unknown", at - span, at))
             else:
-                coord_tools.append((_str(wire.get("toolName")) or "unknown", at - span, at))
+                coord_tools.append((as_str(wire.get("toolName")) or "unknown", at - span, at))
         elif kind == "agent:end":
             if wire.get("hostRejected") is True:
                 host_rejected += 1

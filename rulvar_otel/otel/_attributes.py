@@ -15,6 +15,7 @@ from typing import Any, Final, TypeAlias, TypeGuard
 
 import orjson
 
+from rulvar_otel.core.wire import ENVELOPE_FIELDS
 from rulvar_otel.otel import semconv as sc
 
 __all__ = [
@@ -41,7 +42,7 @@ UNKNOWN: Final = "(unknown)"
 
 # Fields a span event never carries: the envelope, and everything that is or may be content.
 _EVENT_SKIP: Final = frozenset(
-    {"runId", "seq", "ts", "spanId", "parentSpanId", "replayed", "type"}
+    ENVELOPE_FIELDS
     | {"msg", "message", "data", "prompt", "delta", "label", "frame"}
     # Permission-audit payloads are free-form JSON that can quote tool arguments: treated as content.
     | {"risk", "rule", "advisory"}

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -28,14 +28,14 @@ from opentelemetry.trace import (
     Tracer,
 )
 
-from rulvar_otel.core.events import parse_ts_ns
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import SecretMasker
+from rulvar_otel.core.wire import ts_ns
 from rulvar_otel.otel import _attributes as ax
 from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel.ids import SPAN_IDENTITY
 
-__all__ = ["EventObserver", "SpanMapper"]
+__all__ = ["SpanMapper"]
 
 _log = logging.getLogger("rulvar_otel")
 
@@ -52,14 +52,6 @@ _STATUS_OK: Final = Status(StatusCode.OK)
 _STATUS_ERROR: Final = Status(StatusCode.ERROR)
 # Bound on the per-export memo of masked strings (ids, names and statuses repeat in every event).
 _MASK_MEMO_LIMIT: Final = 8192
-
-
-class EventObserver(Protocol):
-    """Anything fed the same pass as the spans (the metrics recorder)."""
-
-    def observe(self, event: Mapping[str, Any]) -> None: ...
-
-    def finish(self, outcome: RunOutcome | BaseException | None) -> None: ...
 
 
 class _Rec:
@@ -114,14 +106,12 @@ class SpanMapper:
         masker: SecretMasker,
         *,
         run_id: str | None = None,
-        observers: Iterable[EventObserver] = (),
     ) -> None:
         self._tracer = tracer
         self._identity = _reads_identity(tracer)
         self._mask: Callable[[str], str] = _MaskMemo(masker.mask_flat).__getitem__
         self._run_id = run_id
         self._masked_run_id = self._mask(run_id) if run_id is not None else None
-        self._observers = tuple(observers)
         self._by_span_id: dict[str, _Rec] = {}
         self._invocations: dict[tuple[str, object], _Rec] = {}
         self._tools_by_id: dict[tuple[str, str], _Rec] = {}
@@ -169,7 +159,7 @@ class SpanMapper:
         if isinstance(ts, str):
             ns = self._ts_cache.get(ts)
             if ns is None:
-                ns = _parse_ts(ts)
+                ns = ts_ns(ts)
                 if ns is not None:
                     if len(self._ts_cache) > 65536:
                         self._ts_cache.clear()
@@ -208,15 +198,6 @@ class SpanMapper:
         except Exception:  # noqa: BLE001 - a strange event never breaks the host or the export
             self.failed_events += 1
             _log.debug("rulvar_otel: event %s could not be mapped", self.event_count, exc_info=True)
-        if self._observers:
-            self._notify(event)
-
-    def _notify(self, event: Mapping[str, Any]) -> None:
-        for observer in self._observers:
-            try:
-                observer.observe(event)
-            except Exception:  # noqa: BLE001
-                _log.debug("rulvar_otel: observer failed on event %s", self.event_count, exc_info=True)
 
     def finish(self, outcome: RunOutcome | BaseException | None) -> int:
         """End every span still open; returns the number of spans created."""
@@ -241,11 +222,6 @@ class SpanMapper:
                     self._end_inferred(rec, end, ok)
         except Exception:  # noqa: BLE001
             _log.debug("rulvar_otel: finishing spans failed", exc_info=True)
-        for observer in self._observers:
-            try:
-                observer.finish(outcome)
-            except Exception:  # noqa: BLE001
-                _log.debug("rulvar_otel: observer finish failed", exc_info=True)
         return self.span_count
 
     # --- span lifecycle -------------------------------------------------------------------------
@@ -699,6 +675,3 @@ def _hashable(value: object) -> object:
 
 def _ignore(event: Mapping[str, Any], ns: int) -> None:
     """Stream deltas are content: they never become span events."""
-
-
-_parse_ts = parse_ts_ns

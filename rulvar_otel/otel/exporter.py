@@ -2,50 +2,45 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 from opentelemetry.metrics import Meter
 from opentelemetry.trace import Tracer
 
-from rulvar_otel.core.events import EventModel, event_to_wire
-from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome, outcome_from_run_end
+from rulvar_otel.core.drain import Sink, drain, drain_events
+from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome
 from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
-from rulvar_otel.otel._mapper import EventObserver, SpanMapper
+from rulvar_otel.otel._mapper import SpanMapper
 
 __all__ = ["create_mapper", "export_events", "to_otel"]
-
-_log = logging.getLogger("rulvar_otel")
-
-
-def _wire(event: EventLike) -> Mapping[str, Any]:
-    if isinstance(event, Mapping):
-        return event
-    if isinstance(event, EventModel):
-        return event_to_wire(event)
-    return {}
 
 
 def create_mapper(
     tracer: Tracer,
     *,
     patterns: Sequence[str] | None = None,
-    meter: Meter | None = None,
     run_id: str | None = None,
     masker: SecretMasker | None = None,
 ) -> SpanMapper:
-    """A :class:`SpanMapper` (plus a metrics recorder on ``meter``) for incremental feeding.
+    """A :class:`SpanMapper` for incremental feeding (a :class:`~rulvar_otel.core.drain.Sink`).
 
     Raises :class:`~rulvar_otel.errors.ConfigError` for a bad pattern before any span exists.
     """
     masker = masker if masker is not None else compile_secret_masker(patterns)
-    observers: list[EventObserver] = []
+    return SpanMapper(tracer, masker, run_id=run_id)
+
+
+def _sinks(
+    tracer: Tracer, patterns: Sequence[str] | None, meter: Meter | None, run_id: str | None
+) -> tuple[SpanMapper, list[Sink]]:
+    masker = compile_secret_masker(patterns)
+    mapper = SpanMapper(tracer, masker, run_id=run_id)
+    sinks: list[Sink] = [mapper]
     if meter is not None:
         from rulvar_otel.otel.metrics import MetricsRecorder
 
-        observers.append(MetricsRecorder(meter, masker))
-    return SpanMapper(tracer, masker, run_id=run_id, observers=observers)
+        sinks.append(MetricsRecorder(meter, masker))
+    return mapper, sinks
 
 
 def export_events(
@@ -62,16 +57,14 @@ def export_events(
     ``outcome`` is how the run settled (an exception for a rejected result); without one, the
     run counts as ok exactly when its ``run:end`` says ``ok`` and is settled. Returns the number
     of spans created. Never raises for a strange event; a bad ``patterns`` raises ``ConfigError``
-    before any span exists.
+    before any span exists, and an exception raised by ``events`` itself is raised again once
+    every span has ended.
     """
-    mapper = create_mapper(tracer, patterns=patterns, meter=meter, run_id=run_id)
-    feed = mapper.feed
-    for event in events:
-        # Parsed JSON is a plain dict: skip the Mapping ABC check on the hot path.
-        feed(event if type(event) is dict else _wire(event))
-    if outcome is None:
-        outcome = outcome_from_run_end(mapper.last_run_end)
-    return mapper.finish(outcome)
+    mapper, sinks = _sinks(tracer, patterns, meter, run_id)
+    drained = drain_events(events, *sinks, outcome=outcome)
+    if drained.source_error is not None:
+        raise drained.source_error
+    return mapper.span_count
 
 
 async def to_otel(
@@ -92,17 +85,6 @@ async def to_otel(
         run_id = run.run_id or None
     except Exception:  # noqa: BLE001 - a handle that cannot name its run still exports
         run_id = None
-    mapper = create_mapper(tracer, patterns=patterns, meter=meter, run_id=run_id)
-    try:
-        async for event in run.events:
-            mapper.feed(_wire(event))
-    except Exception as exc:  # noqa: BLE001 - a broken source ends the stream, not the host
-        _log.warning("rulvar_otel: the event stream failed: %s", type(exc).__name__)
-    outcome: RunOutcome | BaseException
-    try:
-        outcome = await run.result
-    except BaseException as exc:
-        if not isinstance(exc, Exception):
-            raise
-        outcome = exc
-    return mapper.finish(outcome)
+    mapper, sinks = _sinks(tracer, patterns, meter, run_id)
+    await drain(run, *sinks)
+    return mapper.span_count

@@ -21,6 +21,7 @@ from typing import Any, Final
 from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Meter, UpDownCounter
 from opentelemetry.metrics import Observation as GaugeObservation
 
+from rulvar_otel.core.drain import drain
 from rulvar_otel.core.events import EventModel, event_to_wire
 from rulvar_otel.core.handle import RunHandle, RunOutcome
 from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
@@ -337,6 +338,9 @@ class MetricsRecorder:
         except Exception:  # noqa: BLE001 - telemetry never breaks the host
             _log.debug("metrics: event skipped", exc_info=True)
 
+    # The drain's Sink protocol: the recorder is fed like every other consumer of a run.
+    feed = observe
+
     def flush(self) -> None:
         """Fold every queued event and hand the counter sums to the SDK now. Never raises.
 
@@ -368,12 +372,4 @@ async def record_metrics(run: RunHandle, meter: Meter, *, patterns: Sequence[str
     an invalid one raises :class:`~rulvar_otel.errors.ConfigError` before anything is recorded.
     A rejecting result never fails the recording: it is handed to the folds as the outcome.
     """
-    recorder = MetricsRecorder(meter, compile_secret_masker(patterns))
-    async for event in run.events:
-        recorder.observe(event)
-    outcome: RunOutcome | BaseException | None
-    try:
-        outcome = await run.result
-    except Exception as exc:  # noqa: BLE001 - a rejection is an outcome here, not a failure
-        outcome = exc
-    recorder.finish(outcome)
+    await drain(run, MetricsRecorder(meter, compile_secret_masker(patterns)))

@@ -16,15 +16,15 @@ the recorder masks every string attribute value.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final, TypeAlias, TypeVar
 
-from rulvar_otel.core.events import parse_ts_ns
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import SecretMasker
+from rulvar_otel.core.wire import as_number as _num
+from rulvar_otel.core.wire import ts_ns as _ts
 from rulvar_otel.otel import semconv as sc
 
 __all__ = [
@@ -135,21 +135,6 @@ def _str(value: Any, default: str = UNKNOWN) -> str:
     if value.__class__ is str:
         return value or default  # type: ignore[no-any-return]
     return value if isinstance(value, str) and value != "" else default
-
-
-def _num(value: Any) -> float | None:
-    cls = value.__class__
-    if (
-        cls is not float
-        and cls is not int
-        and (isinstance(value, bool) or not isinstance(value, int | float))
-    ):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
-
-
-_ts = parse_ts_ns  # the one reading of an envelope ts: exact integer nanoseconds, UTC if naive
 
 
 def _seconds(start: int, end: int) -> float:

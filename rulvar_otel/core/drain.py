@@ -1,0 +1,155 @@
+"""One way to drain a run: every consumer of a run's events is a :class:`Sink` that ``drain`` feeds.
+
+A sink takes wire-form events one at a time (``feed``) and is finished once with how the run
+settled (``finish``). The span mapper, the metrics recorder, the reducers and the progress state
+are sinks. :func:`drain` (a live or recorded :class:`RunHandle`) and :func:`drain_events` (a
+recorded stream, synchronously) are the only places that read a source, turn the result into an
+outcome and survive a broken source; so every sink sees the same events and the same outcome.
+
+:class:`FanOut` feeds several sinks as one, the way the OTel SDK's multi span processor fans out:
+one failing sink never costs the others an event.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome, outcome_from_run_end
+from rulvar_otel.core.wire import RUN_END, as_wire
+
+__all__ = ["Drained", "FanOut", "Sink", "drain", "drain_events"]
+
+_log = logging.getLogger("rulvar_otel")
+
+Outcome = RunOutcome | BaseException | None
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """A consumer of one run's events. ``feed`` must not raise for any event shape."""
+
+    def feed(self, event: Mapping[str, Any]) -> None: ...
+
+    def finish(self, outcome: RunOutcome | BaseException | None) -> object: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Drained:
+    """What draining a run found: its outcome, how many events came, and whether the source broke.
+
+    ``outcome`` is the run's result, or the exception it rejected with; for a recorded stream
+    without a given outcome it is read from the last ``run:end`` (see
+    :func:`~rulvar_otel.core.handle.outcome_from_run_end`). ``source_error`` is the exception
+    that ended the stream early, if one did: the sinks were finished all the same.
+    """
+
+    outcome: RunOutcome | BaseException
+    events: int
+    source_error: Exception | None = None
+    last_run_end: Mapping[str, Any] | None = None
+
+
+class FanOut:
+    """Several sinks fed as one, in order; a sink that raises is logged and the others go on."""
+
+    __slots__ = ("_sinks",)
+
+    def __init__(self, sinks: Iterable[Sink]) -> None:
+        self._sinks: tuple[Sink, ...] = tuple(sinks)
+
+    @property
+    def sinks(self) -> tuple[Sink, ...]:
+        return self._sinks
+
+    def feed(self, event: Mapping[str, Any]) -> None:
+        for sink in self._sinks:
+            try:
+                sink.feed(event)
+            except Exception:  # noqa: BLE001 - one consumer never costs another an event
+                _log.debug("rulvar_otel: %s failed on an event", type(sink).__name__, exc_info=True)
+
+    def finish(self, outcome: RunOutcome | BaseException | None) -> None:
+        for sink in self._sinks:
+            try:
+                sink.finish(outcome)
+            except Exception:  # noqa: BLE001
+                _log.debug("rulvar_otel: %s failed to finish", type(sink).__name__, exc_info=True)
+
+
+def _one(sinks: Sequence[Sink]) -> Sink:
+    return sinks[0] if len(sinks) == 1 else FanOut(sinks)
+
+
+def _finish(sink: Sink, outcome: RunOutcome | BaseException) -> None:
+    try:
+        sink.finish(outcome)
+    except Exception:  # noqa: BLE001 - a sink's failure never reaches the host
+        _log.debug("rulvar_otel: %s failed to finish", type(sink).__name__, exc_info=True)
+
+
+async def drain(handle: RunHandle, *sinks: Sink) -> Drained:
+    """Feed every event of ``handle`` to ``sinks``, then finish them with the run's outcome.
+
+    Never raises for a broken source or a rejecting result: the stream ends where the source
+    failed (``source_error``), and a rejection is the outcome the sinks are finished with.
+    """
+    sink = _one(sinks)
+    feed = sink.feed
+    count = 0
+    last_run_end: Mapping[str, Any] | None = None
+    source_error: Exception | None = None
+    try:
+        async for event in handle.events:
+            wire = event if type(event) is dict else as_wire(event)
+            count += 1
+            if wire.get("type") == RUN_END:
+                last_run_end = wire
+            try:
+                feed(wire)
+            except Exception:  # noqa: BLE001 - sinks never raise by contract; a bug costs one event
+                _log.debug("rulvar_otel: a sink failed on event %s", count, exc_info=True)
+    except Exception as exc:  # noqa: BLE001 - a broken source ends the stream, not the host
+        source_error = exc
+        _log.warning("rulvar_otel: the event stream failed: %s", type(exc).__name__)
+    outcome: RunOutcome | BaseException
+    try:
+        outcome = await handle.result
+    except Exception as exc:  # noqa: BLE001 - a rejection is how the run settled
+        outcome = exc
+    _finish(sink, outcome)
+    return Drained(outcome, count, source_error, last_run_end)
+
+
+def drain_events(events: Iterable[EventLike], *sinks: Sink, outcome: Outcome = None) -> Drained:
+    """:func:`drain` for a recorded stream, synchronously.
+
+    Without ``outcome``, the run counts as ok exactly when its last ``run:end`` says ``ok`` and
+    is settled. A source that raises ends the stream as in :func:`drain`.
+    """
+    sink = _one(sinks)
+    feed = sink.feed
+    count = 0
+    last_run_end: Mapping[str, Any] | None = None
+    source_error: Exception | None = None
+    try:
+        for event in events:
+            # Parsed JSON is a plain dict: skip the Mapping ABC check on the hot path.
+            wire = event if type(event) is dict else as_wire(event)
+            count += 1
+            if wire.get("type") == RUN_END:
+                last_run_end = wire
+            try:
+                feed(wire)
+            except Exception:  # noqa: BLE001
+                _log.debug("rulvar_otel: a sink failed on event %s", count, exc_info=True)
+    except Exception as exc:  # noqa: BLE001
+        source_error = exc
+        _log.warning("rulvar_otel: the event stream failed: %s", type(exc).__name__)
+    settled: RunOutcome | BaseException = (
+        outcome if outcome is not None else outcome_from_run_end(last_run_end)
+    )
+    _finish(sink, settled)
+    return Drained(settled, count, source_error, last_run_end)
