@@ -1,0 +1,254 @@
+"""A batch of finished span records in the forms the OTLP exporters consume.
+
+:class:`EncodedBatch` is a ``Sequence[ReadableSpan]``, so any SDK ``SpanExporter`` takes it as it
+is (the SDK's span objects are built on first access). The exporters this package builds read
+its fast forms instead: :meth:`EncodedBatch.request` is the same ``ExportTraceServiceRequest``
+the exporter library's ``encode_spans`` makes, built from plain dicts by protobuf's C
+constructor (attribute key/value entries are memoised: ids, statuses and names repeat in every
+span), and :meth:`EncodedBatch.otlp_json` is the same request as one OTLP/JSON line, without the
+protobuf JSON printer. The resource and scope are encoded once, by the library's own encoder.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from functools import cached_property
+from typing import Any, Final, overload
+
+import orjson
+from google.protobuf import json_format
+from opentelemetry.exporter.otlp.proto.common._internal import (
+    _encode_instrumentation_scope,
+    _encode_resource,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, TraceFlags
+
+from rulvar_otel.otel._records import SpanRecord
+
+__all__ = ["BatchHeader", "EncodedBatch"]
+
+# PB2SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK: every parent here is local.
+_FLAGS: Final = 0x100
+_MEMO_LIMIT: Final = 65_536
+
+
+class BatchHeader:
+    """The resource and instrumentation scope every record of an export shares, encoded once."""
+
+    def __init__(self, resource: Resource, scope: InstrumentationScope) -> None:
+        self.resource = resource
+        self.scope = scope
+        self.resource_pb = _encode_resource(resource)
+        self.scope_pb = _encode_instrumentation_scope(scope)
+        self.resource_json = json_format.MessageToDict(self.resource_pb, use_integers_for_enums=True)
+        self.scope_json = json_format.MessageToDict(self.scope_pb, use_integers_for_enums=True)
+        # (key, value) -> the encoded key/value entry, per form; bounded.
+        self.pb_memo: dict[tuple[str, Any], dict[str, Any]] = {}
+        self.json_memo: dict[tuple[str, Any], dict[str, Any]] = {}
+
+
+def _pb_value(value: Any) -> dict[str, Any]:
+    if value.__class__ is str:
+        return {"string_value": value}
+    if isinstance(value, bool):
+        return {"bool_value": value}
+    if isinstance(value, int):
+        return {"int_value": value}
+    if isinstance(value, float):
+        return {"double_value": value}
+    if isinstance(value, bytes):
+        return {"bytes_value": value}
+    if isinstance(value, str):
+        return {"string_value": value}
+    return {"array_value": {"values": [_pb_value(v) for v in value]}}
+
+
+def _json_value(value: Any) -> dict[str, Any]:
+    if value.__class__ is str:
+        return {"stringValue": value}
+    if isinstance(value, bool):
+        return {"boolValue": value}
+    if isinstance(value, int):
+        return {"intValue": str(value)}  # int64 is a string in protobuf's JSON mapping
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return {"doubleValue": value}
+        return {"doubleValue": "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")}
+    if isinstance(value, str):
+        return {"stringValue": value}
+    values = [_json_value(v) for v in value]
+    return {"arrayValue": {"values": values} if values else {}}
+
+
+def _pb_attributes(attributes: Any, memo: dict[tuple[str, Any], dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for item in attributes.items():
+        try:
+            entry = memo.get(item)
+        except TypeError:  # an unhashable value (a list): encoded, not memoised
+            out.append({"key": item[0], "value": _pb_value(item[1])})
+            continue
+        if entry is None:
+            if len(memo) >= _MEMO_LIMIT:
+                memo.clear()
+            entry = memo[item] = {"key": item[0], "value": _pb_value(item[1])}
+        out.append(entry)
+    return out
+
+
+def _json_attributes(attributes: Any, memo: dict[tuple[str, Any], dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for item in attributes.items():
+        try:
+            entry = memo.get(item)
+        except TypeError:
+            out.append({"key": item[0], "value": _json_value(item[1])})
+            continue
+        if entry is None:
+            if len(memo) >= _MEMO_LIMIT:
+                memo.clear()
+            entry = memo[item] = {"key": item[0], "value": _json_value(item[1])}
+        out.append(entry)
+    return out
+
+
+class EncodedBatch(Sequence[ReadableSpan]):
+    """Finished records of one export batch; each form is built once, on first use."""
+
+    def __init__(self, records: Sequence[SpanRecord], header: BatchHeader) -> None:
+        self.records = records
+        self.header = header
+        self._request: ExportTraceServiceRequest | None = None
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @overload
+    def __getitem__(self, index: int) -> ReadableSpan: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[ReadableSpan]: ...
+
+    def __getitem__(self, index: int | slice) -> ReadableSpan | Sequence[ReadableSpan]:
+        return self.readable_spans[index]
+
+    def __iter__(self) -> Iterator[ReadableSpan]:
+        return iter(self.readable_spans)
+
+    @cached_property
+    def readable_spans(self) -> list[ReadableSpan]:
+        """The SDK's span objects, for exporters that only know those."""
+        header = self.header
+        return [_readable(r, header.resource, header.scope) for r in self.records]
+
+    def request(self) -> ExportTraceServiceRequest:
+        """The ``ExportTraceServiceRequest`` of this batch (as ``encode_spans`` builds it); built once."""
+        if self._request is not None:
+            return self._request
+        header = self.header
+        memo = header.pb_memo
+        spans = []
+        for r in self.records:
+            span: dict[str, Any] = {
+                "trace_id": r.trace_id.to_bytes(16, "big"),
+                "span_id": r.span_id.to_bytes(8, "big"),
+                "name": r.name,
+                "kind": r.kind.value + 1,
+                "start_time_unix_nano": r.start_ns,
+                "end_time_unix_nano": r.end_ns,
+                "attributes": _pb_attributes(r.attributes, memo),
+                "status": {"code": r.status.status_code.value, "message": r.status.description},
+                "flags": _FLAGS,
+            }
+            if r.parent_id:
+                span["parent_span_id"] = r.parent_id.to_bytes(8, "big")
+            if r.events:
+                span["events"] = [
+                    {"name": name, "time_unix_nano": ts, "attributes": _pb_attributes(attrs, memo)}
+                    for name, ts, attrs in r.events
+                ]
+            if r.dropped_events:
+                span["dropped_events_count"] = r.dropped_events
+            if r.dropped_attributes:
+                span["dropped_attributes_count"] = r.dropped_attributes
+            spans.append(span)
+        scope_spans = {"scope": header.scope_pb, "spans": spans, "schema_url": header.scope.schema_url}
+        resource_spans: Any = {
+            "resource": header.resource_pb,
+            "scope_spans": [scope_spans],
+            "schema_url": header.resource.schema_url,
+        }
+        self._request = ExportTraceServiceRequest(resource_spans=[resource_spans])
+        return self._request
+
+    def otlp_json(self) -> bytes:
+        """This batch as one OTLP/JSON ``ExportTraceServiceRequest`` (hex ids, no trailing newline)."""
+        header = self.header
+        memo = header.json_memo
+        spans = []
+        for r in self.records:
+            status: dict[str, Any] = {}
+            code = r.status.status_code.value
+            if code:
+                status["code"] = code
+            if r.status.description:
+                status["message"] = r.status.description
+            span: dict[str, Any] = {
+                "traceId": format(r.trace_id, "032x"),
+                "spanId": format(r.span_id, "016x"),
+                "name": r.name,
+                "kind": r.kind.value + 1,
+                "startTimeUnixNano": str(r.start_ns),
+                "endTimeUnixNano": str(r.end_ns),
+                "status": status,
+                "flags": _FLAGS,
+            }
+            if r.attributes:
+                span["attributes"] = _json_attributes(r.attributes, memo)
+            if r.parent_id:
+                span["parentSpanId"] = format(r.parent_id, "016x")
+            if r.events:
+                events = []
+                for name, ts, attrs in r.events:
+                    event: dict[str, Any] = {"timeUnixNano": str(ts), "name": name}
+                    if attrs:
+                        event["attributes"] = _json_attributes(attrs, memo)
+                    events.append(event)
+                span["events"] = events
+            if r.dropped_events:
+                span["droppedEventsCount"] = r.dropped_events
+            if r.dropped_attributes:
+                span["droppedAttributesCount"] = r.dropped_attributes
+            spans.append(span)
+        scope_spans: dict[str, Any] = {"scope": header.scope_json, "spans": spans}
+        if header.scope.schema_url:
+            scope_spans["schemaUrl"] = header.scope.schema_url
+        resource_spans: dict[str, Any] = {"resource": header.resource_json, "scopeSpans": [scope_spans]}
+        if header.resource.schema_url:
+            resource_spans["schemaUrl"] = header.resource.schema_url
+        return orjson.dumps({"resourceSpans": [resource_spans]})
+
+
+def _context(trace_id: int, span_id: int) -> SpanContext:
+    return SpanContext(trace_id, span_id, False, TraceFlags(TraceFlags.SAMPLED))
+
+
+def _readable(record: SpanRecord, resource: Resource, scope: InstrumentationScope) -> ReadableSpan:
+    return ReadableSpan(
+        name=record.name,
+        context=record.get_span_context(),
+        parent=_context(record.trace_id, record.parent_id) if record.parent_id else None,
+        resource=resource,
+        attributes=record.attributes,
+        events=tuple(Event(name, attrs, ts) for name, ts, attrs in record.events),
+        kind=record.kind,
+        status=record.status,
+        start_time=record.start_ns,
+        end_time=record.end_ns,
+        instrumentation_scope=scope,
+    )

@@ -1,0 +1,229 @@
+"""Finished span records: what the span state machine produces on the direct path.
+
+:class:`RecordingTracer` is the tracer the :class:`~rulvar_otel.otel._mapper.SpanMapper` drives
+when no SDK provider is involved. It makes the ids the SDK's tracer would make (same id
+generator, same order of calls, so ``RulvarIdGenerator`` gives the same deterministic ids) and
+keeps each span as a plain :class:`SpanRecord`; when the mapper ends a span the record is handed,
+finished, to a callback (the direct sink). There is no context propagation, no span processor,
+no lock and no per-attribute validation: the mapper's attributes are already valid OTel values.
+The span limits the SDK would apply (``OTEL_SPAN_EVENT_COUNT_LIMIT`` and friends, as one
+:class:`~opentelemetry.sdk.trace.SpanLimits`) are applied when a record ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Final
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import SpanLimits
+from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
+from opentelemetry.trace import (
+    Link,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    Tracer,
+    TraceState,
+)
+from opentelemetry.util.types import Attributes, AttributeValue
+
+__all__ = ["RecordingTracer", "SpanRecord"]
+
+_SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
+_EMPTY_STATE: Final = TraceState()
+_UNSET: Final = Status(StatusCode.UNSET)
+
+# (name, timestamp ns, attributes) of one span event.
+RecordEvent = tuple[str, int, Mapping[str, AttributeValue]]
+
+
+class SpanRecord(Span):
+    """One span: live while the mapper holds it, a finished record once ended.
+
+    Fields (read them after :meth:`end`): ``name``, ``trace_id``, ``span_id``, ``parent_id``
+    (0 for a root), ``kind``, ``start_ns``, ``end_ns``, ``attributes``, ``events``, ``status``,
+    ``dropped_events`` and ``dropped_attributes``.
+    """
+
+    __slots__ = (
+        "_context",
+        "_on_end",
+        "attributes",
+        "dropped_attributes",
+        "dropped_events",
+        "end_ns",
+        "events",
+        "kind",
+        "name",
+        "parent_id",
+        "span_id",
+        "start_ns",
+        "status",
+        "trace_id",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        trace_id: int,
+        span_id: int,
+        parent_id: int,
+        kind: SpanKind,
+        start_ns: int,
+        attributes: dict[str, AttributeValue],
+        on_end: Callable[[SpanRecord], None] | None,
+    ) -> None:
+        self.name = name
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.parent_id = parent_id
+        self.kind = kind
+        self.start_ns = start_ns
+        self.end_ns = -1
+        self.attributes = attributes
+        self.events: list[RecordEvent] = []
+        self.status = _UNSET
+        self.dropped_events = 0
+        self.dropped_attributes = 0
+        self._context = SpanContext(trace_id, span_id, False, _SAMPLED, _EMPTY_STATE)
+        self._on_end = on_end
+
+    # --- the part of the Span API the mapper uses -------------------------------------------------
+
+    def get_span_context(self) -> SpanContext:
+        return self._context
+
+    def set_attribute(self, key: str, value: AttributeValue) -> None:
+        if self._on_end is not None:
+            self.attributes[key] = value
+
+    def set_attributes(self, attributes: Mapping[str, AttributeValue]) -> None:
+        if self._on_end is not None:
+            self.attributes.update(attributes)
+
+    def add_event(self, name: str, attributes: Attributes = None, timestamp: int | None = None) -> None:
+        if self._on_end is not None:
+            self.events.append((name, timestamp if timestamp is not None else 0, attributes or {}))
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        # As the SDK: OK is final, and UNSET never overwrites.
+        if self._on_end is None or self.status.status_code is StatusCode.OK:
+            return
+        if isinstance(status, StatusCode):
+            status = Status(status, description)
+        if status.status_code is not StatusCode.UNSET:
+            self.status = status
+
+    def end(self, end_time: int | None = None) -> None:
+        on_end = self._on_end
+        if on_end is None:
+            return
+        self._on_end = None
+        self.end_ns = end_time if end_time is not None else self.start_ns
+        on_end(self)
+
+    def is_recording(self) -> bool:
+        return self._on_end is not None
+
+    def update_name(self, name: str) -> None:
+        if self._on_end is not None:
+            self.name = name
+
+    def add_link(self, context: SpanContext, attributes: Attributes = None) -> None:
+        """Links are not part of the mapping contract; nothing records them."""
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: Attributes = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        """Exceptions can hold content; the mapping contract never records them."""
+
+
+class RecordingTracer(Tracer):
+    """A tracer whose spans become :class:`SpanRecord` objects handed to ``on_end`` when ended.
+
+    ``id_generator`` is read by the mapper as on the SDK's tracer (``RulvarIdGenerator`` for
+    deterministic ids). ``limits`` are the SDK's span limits, applied to each finished record.
+    """
+
+    def __init__(
+        self,
+        on_end: Callable[[SpanRecord], None],
+        *,
+        id_generator: IdGenerator | None = None,
+        limits: SpanLimits | None = None,
+    ) -> None:
+        self.id_generator = id_generator if id_generator is not None else RandomIdGenerator()
+        limits = limits if limits is not None else SpanLimits(max_events=SpanLimits.UNSET)
+        self._max_events = limits.max_events
+        self._max_attributes = limits.max_span_attributes
+        self._max_event_attributes = limits.max_event_attributes
+        self._max_length = limits.max_attribute_length
+        self._deliver = on_end
+        self._on_end = self._limited
+
+    def start_span(
+        self,
+        name: str,
+        context: Context | None = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+    ) -> SpanRecord:
+        parent = trace.get_current_span(context).get_span_context()
+        ids = self.id_generator
+        if parent.is_valid:
+            trace_id, parent_id = parent.trace_id, parent.span_id
+        else:
+            trace_id, parent_id = ids.generate_trace_id(), 0
+        attrs = dict(attributes) if attributes else {}
+        return SpanRecord(
+            name, trace_id, ids.generate_span_id(), parent_id, kind, start_time or 0, attrs, self._on_end
+        )
+
+    @contextmanager
+    def start_as_current_span(self, name: str, *args: Any, **kwargs: Any) -> Iterator[Span]:  # type: ignore[override]
+        span = self.start_span(name, *args, **kwargs)
+        try:
+            yield span
+        finally:
+            span.end()
+
+    def _limited(self, record: SpanRecord) -> None:
+        """The SDK's span limits on a finished record: it keeps the newest events, as the SDK does."""
+        limit = self._max_events
+        if limit is not None and len(record.events) > limit:  # deque-like: the oldest go
+            record.dropped_events = len(record.events) - limit
+            record.events = record.events[len(record.events) - limit :] if limit else []
+        length = self._max_length
+        if length is not None:
+            record.attributes = {k: _truncate(v, length) for k, v in record.attributes.items()}
+            record.events = [
+                (name, ts, {k: _truncate(v, length) for k, v in attrs.items()})
+                for name, ts, attrs in record.events
+            ]
+        if self._max_attributes is not None and len(record.attributes) > self._max_attributes:
+            keep = list(record.attributes.items())[-self._max_attributes :]
+            record.dropped_attributes = len(record.attributes) - len(keep)
+            record.attributes = dict(keep)
+        self._deliver(record)
+
+
+def _truncate(value: AttributeValue, length: int) -> AttributeValue:
+    if isinstance(value, str):
+        return value[:length]
+    if isinstance(value, tuple | list):
+        return tuple(v[:length] if isinstance(v, str) else v for v in value)  # type: ignore[return-value]
+    return value

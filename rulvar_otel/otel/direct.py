@@ -1,0 +1,241 @@
+"""The direct export path: the span mapper's finished records go to OTLP exporters without the SDK's
+live-span machinery.
+
+A recorded or replayed stream does not need ``start_span``, contexts, span processors or locked
+attribute validation: every span's facts are known when it ends. On this path the
+:class:`~rulvar_otel.otel._mapper.SpanMapper` drives a
+:class:`~rulvar_otel.otel._records.RecordingTracer`, each finished record goes to a
+:class:`DirectSpanSink`, and the sink hands batches (:class:`~rulvar_otel.otel._encode.EncodedBatch`,
+a ``Sequence[ReadableSpan]``) to ordinary OTel ``SpanExporter`` objects on a worker thread. The
+exporters keep delivery, retries, timeouts, compression, headers and their ``OTEL_*`` settings;
+:func:`grpc_span_exporter` builds the library's gRPC exporter reading the batch's prebuilt request.
+The mapping itself (ids, masking, span-event limits, every rule) is the mapper's, shared with the
+tracer path.
+
+Live streams still deliver each span soon after it ends: a partial batch goes out after
+``schedule_delay_s``. Memory is bounded: at most ``max_queue_batches`` batches wait, and a producer
+faster than the exporters waits for room (backpressure) instead of dropping spans.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+from rulvar_otel.core.drain import Sink, drain_events
+from rulvar_otel.core.handle import EventLike, RunOutcome
+from rulvar_otel.core.masking import compile_secret_masker
+from rulvar_otel.otel import semconv
+from rulvar_otel.otel._encode import BatchHeader, EncodedBatch
+from rulvar_otel.otel._mapper import SpanMapper
+from rulvar_otel.otel._records import RecordingTracer, SpanRecord
+
+__all__ = [
+    "DEFAULT_MAX_BATCH",
+    "DirectSpanSink",
+    "export_events_direct",
+    "grpc_span_exporter",
+]
+
+_log = logging.getLogger("rulvar_otel")
+
+DEFAULT_MAX_BATCH: Final = 512
+DEFAULT_SCHEDULE_DELAY_S: Final = 1.0
+# Batches waiting for the exporters; a producer beyond this waits (about 16k spans of `large`).
+DEFAULT_MAX_QUEUE_BATCHES: Final = 32
+_STOP: Final = object()
+
+
+class DirectSpanSink:
+    """Batches finished span records and exports each batch to every exporter, in end order.
+
+    ``on_end`` is the :class:`RecordingTracer` callback. :meth:`shutdown` flushes what waits,
+    shuts the exporters down and returns how many spans every exporter accepted. An exporter that
+    fails once is not called again (a dead endpoint costs one export timeout, not one per batch).
+    ``keep`` keeps every record (for the terminal tree).
+    """
+
+    def __init__(
+        self,
+        exporters: Sequence[SpanExporter],
+        *,
+        resource: Resource | None = None,
+        scope: InstrumentationScope | None = None,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        schedule_delay_s: float = DEFAULT_SCHEDULE_DELAY_S,
+        max_queue_batches: int = DEFAULT_MAX_QUEUE_BATCHES,
+        keep: bool = False,
+    ) -> None:
+        self.header = BatchHeader(
+            resource
+            if resource is not None
+            else Resource.create({SERVICE_NAME: semconv.DEFAULT_SERVICE_NAME}),
+            scope if scope is not None else InstrumentationScope(semconv.INSTRUMENTATION_SCOPE),
+        )
+        self._exporters = tuple(exporters)
+        self.delivered = [0] * len(self._exporters)
+        self.failed = [0] * len(self._exporters)
+        self._broken = [False] * len(self._exporters)
+        self._max_batch = max(1, max_batch)
+        self._delay = schedule_delay_s
+        self._lock = threading.Lock()
+        self._batch: list[SpanRecord] = []
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=max(1, max_queue_batches))
+        self._keep = keep
+        self.records: list[SpanRecord] = []
+        self.ended = 0
+        self.trace_ids: set[int] = set()
+        self._closed = False
+        self._worker = threading.Thread(target=self._run, name="rulvar-otel-direct-export", daemon=True)
+        self._worker.start()
+
+    # --- producer side ----------------------------------------------------------------------------
+
+    def on_end(self, record: SpanRecord) -> None:
+        """Take one finished record (called by the mapper's tracer when a span ends)."""
+        if self._closed:
+            return
+        self.ended += 1
+        self.trace_ids.add(record.trace_id)
+        if self._keep:
+            self.records.append(record)
+        full: list[SpanRecord] | None = None
+        with self._lock:
+            batch = self._batch
+            batch.append(record)
+            if len(batch) >= self._max_batch:
+                full, self._batch = batch, []
+        if full is not None:
+            self._queue.put(full)  # blocks while the exporters are behind: backpressure, not drops
+
+    def tracer(
+        self, *, id_generator: IdGenerator | None = None, limits: SpanLimits | None = None
+    ) -> RecordingTracer:
+        """A tracer whose spans end into this sink."""
+        return RecordingTracer(self.on_end, id_generator=id_generator, limits=limits)
+
+    def readable_spans(self) -> list[ReadableSpan]:
+        """Every kept record as the SDK's span object (needs ``keep=True``)."""
+        return list(EncodedBatch(self.records, self.header))
+
+    # --- worker -----------------------------------------------------------------------------------
+
+    def _take_partial(self) -> list[SpanRecord] | None:
+        with self._lock:
+            if not self._batch:
+                return None
+            batch, self._batch = self._batch, []
+            return batch
+
+    def _run(self) -> None:
+        while True:
+            try:
+                item = self._queue.get(timeout=self._delay)
+            except queue.Empty:
+                item = self._take_partial()
+                if item is None:
+                    continue
+            if item is _STOP:
+                return
+            assert isinstance(item, list)
+            self._export(item)
+
+    def _export(self, records: list[SpanRecord]) -> None:
+        batch = EncodedBatch(records, self.header)
+        for index, exporter in enumerate(self._exporters):
+            if self._broken[index]:
+                self.failed[index] += len(records)
+                continue
+            try:
+                result = exporter.export(batch)
+            except Exception:  # noqa: BLE001 - an exporter bug is a failed export, not a crash
+                _log.debug("rulvar_otel: span exporter raised", exc_info=True)
+                result = SpanExportResult.FAILURE
+            if result is SpanExportResult.SUCCESS:
+                self.delivered[index] += len(records)
+            else:
+                self.failed[index] += len(records)
+                self._broken[index] = True
+
+    # --- end --------------------------------------------------------------------------------------
+
+    def force_flush(self) -> None:
+        """Hand the partial batch to the worker now (it is exported in order)."""
+        partial = self._take_partial()
+        if partial is not None:
+            self._queue.put(partial)
+
+    def shutdown(self) -> list[int]:
+        """Export everything that waits, stop the worker, shut the exporters down.
+
+        Returns the spans each exporter accepted (in the order given). Idempotent.
+        """
+        if not self._closed:
+            self._closed = True
+            self.force_flush()
+            self._queue.put(_STOP)
+            self._worker.join()
+            for exporter in self._exporters:
+                try:
+                    exporter.shutdown()
+                except Exception:  # noqa: BLE001
+                    _log.debug("rulvar_otel: span exporter shutdown failed", exc_info=True)
+        return list(self.delivered)
+
+
+def grpc_span_exporter(**kwargs: Any) -> SpanExporter:
+    """The exporter library's OTLP/gRPC span exporter, reading a direct batch's prebuilt request.
+
+    Takes the same keyword arguments as ``OTLPSpanExporter`` (endpoint, headers, timeout,
+    compression, credentials, ...; unset ones come from the ``OTEL_EXPORTER_OTLP_*`` variables).
+    Any other span sequence is encoded by the library's own encoder, as usual.
+    """
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+    class DirectGrpcSpanExporter(OTLPSpanExporter):
+        def _translate_data(self, data: Sequence[ReadableSpan]) -> Any:
+            if isinstance(data, EncodedBatch):
+                return data.request()
+            return super()._translate_data(data)
+
+    return DirectGrpcSpanExporter(**kwargs)
+
+
+def export_events_direct(
+    events: Iterable[EventLike],
+    exporters: SpanExporter | Sequence[SpanExporter],
+    *,
+    outcome: RunOutcome | BaseException | None = None,
+    patterns: Sequence[str] | None = None,
+    run_id: str | None = None,
+    resource: Resource | None = None,
+    id_generator: IdGenerator | None = None,
+    limits: SpanLimits | None = None,
+    sinks: Sequence[Sink] = (),
+) -> int:
+    """Map a recorded stream straight onto ``exporters`` (no tracer); returns the spans created.
+
+    Every span is exported before this returns (the exporters are shut down). ``sinks`` are fed
+    the same pass (a metrics aggregator, say). A bad ``patterns`` raises ``ConfigError`` before
+    anything is exported; an exception raised by ``events`` is raised again once every span ended.
+    """
+    masker = compile_secret_masker(patterns)
+    targets = [exporters] if isinstance(exporters, SpanExporter) else list(exporters)
+    sink = DirectSpanSink(targets, resource=resource)
+    mapper = SpanMapper(sink.tracer(id_generator=id_generator, limits=limits), masker, run_id=run_id)
+    try:
+        drained = drain_events(events, mapper, *sinks, outcome=outcome)
+    finally:
+        sink.shutdown()
+    if drained.source_error is not None:
+        raise drained.source_error
+    return mapper.span_count
