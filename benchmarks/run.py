@@ -244,6 +244,118 @@ def bench_metrics(stream: Path, rounds: int) -> list[Figure]:
     ]
 
 
+# --- 6. the direct path ----------------------------------------------------------------------------
+
+
+def _file_counts(path: Path) -> tuple[int, int]:
+    from rulvar_otel.otel._otlp_json import iter_otlp_json_file
+
+    spans = events = 0
+    for request in iter_otlp_json_file(path):
+        for resource_spans in request.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                spans += len(scope_spans.spans)
+                events += sum(len(span.events) for span in scope_spans.spans)
+    return spans, events
+
+
+def _received_counts(receiver: Any) -> tuple[int, int]:
+    received = receiver.spans()
+    return len(received), sum(len(r.span.events) for r in received)
+
+
+def bench_direct(stream: Path, rounds: int) -> list[Figure]:
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+    from benchmarks._direct import direct_run, file_exporter, sdk_run, temp_directory
+    from benchmarks._floor import capture
+    from benchmarks._timing import interleaved
+    from rulvar_otel.otel.direct import grpc_span_exporter
+    from tests._otlp_receivers import GrpcTraceReceiver
+
+    script, _ = capture(_load(stream))
+    spans, span_events = len(script.spans), script.span_events
+    n = sum(1 for line in stream.read_bytes().splitlines() if line.strip())
+    figures: list[Figure] = []
+
+    with temp_directory() as tmp:
+        directory = Path(tmp)
+        to_sdk_file = file_exporter(directory, "sdk.otlp.jsonl")
+        to_direct_file = file_exporter(directory, "direct.otlp.jsonl")
+        t = interleaved(
+            {
+                "sdk": lambda: sdk_run(stream, to_sdk_file),
+                "direct": lambda: direct_run(stream, to_direct_file),
+            },
+            rounds,
+        )
+        sdk_counts = _file_counts(directory / "sdk.otlp.jsonl")
+        direct_counts = _file_counts(directory / "direct.otlp.jsonl")
+    complete = sdk_counts == direct_counts == (spans, span_events)
+    ratio = t.ratio("direct", "sdk")
+    figures.append(
+        Figure(
+            "direct path",
+            f"parse + map + OTLP encode + write the OTLP/JSON file, direct path ({direct_counts[0]}/{spans} "
+            f"spans, {direct_counts[1]}/{span_events} span events in the file)",
+            _rate(n, t.median("direct")),
+            f"SDK path {t.median('sdk') * 1e3:8.1f} ms",
+            ratio,
+            "<= 0.40 x SDK path",
+            ratio <= 0.4 and complete,
+            [] if complete else [f"file content differs: sdk {sdk_counts}, direct {direct_counts}"],
+        )
+    )
+
+    with GrpcTraceReceiver() as sdk_receiver, GrpcTraceReceiver() as direct_receiver:
+        sdk_endpoint, direct_endpoint = sdk_receiver.endpoint, direct_receiver.endpoint
+        seen: dict[str, list[tuple[int, int]]] = {"sdk": [], "direct": []}
+
+        def checked(name: str, receiver: Any, run: Callable[[], object]) -> Callable[[], object]:
+            def case() -> object:
+                result = run()
+                seen[name].append(_received_counts(receiver))
+                with receiver._lock:
+                    receiver.requests.clear()
+                return result
+
+            return case
+
+        t = interleaved(
+            {
+                "sdk": checked(
+                    "sdk",
+                    sdk_receiver,
+                    lambda: sdk_run(stream, lambda: OTLPSpanExporter(endpoint=sdk_endpoint, insecure=True)),
+                ),
+                "direct": checked(
+                    "direct",
+                    direct_receiver,
+                    lambda: direct_run(
+                        stream, lambda: grpc_span_exporter(endpoint=direct_endpoint, insecure=True)
+                    ),
+                ),
+            },
+            rounds,
+        )
+    complete = all(c == (spans, span_events) for c in seen["sdk"] + seen["direct"])
+    ratio = t.ratio("direct", "sdk")
+    figures.append(
+        Figure(
+            "direct path",
+            "parse + map + export to a real OTLP/gRPC receiver in this process, direct path (every round "
+            f"{'received' if complete else 'did NOT receive'} all {spans} spans, {span_events} span events)",
+            _rate(n, t.median("direct")),
+            f"SDK path {t.median('sdk') * 1e3:8.1f} ms",
+            ratio,
+            "<= 0.50 x SDK path, zero dropped",
+            ratio <= 0.5 and complete,
+            [] if complete else [f"received per round: sdk {seen['sdk']}, direct {seen['direct']}"],
+        )
+    )
+    return figures
+
+
 # --- 4. scale --------------------------------------------------------------------------------------
 
 
@@ -397,7 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--only",
-        default="parse,floor,metrics,scale,e2e",
+        default="parse,floor,metrics,direct,scale,e2e",
         help="comma-separated sections to run (default all)",
     )
     parser.add_argument("--json", type=Path, help="also write the figures as JSON to this file")
@@ -437,6 +549,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         steps.append(("SDK floor ratio", floor_step))
     if "metrics" in sections:
         steps.append(("metrics overhead", lambda: bench_metrics(stream, rounds)))
+    if "direct" in sections:
+        steps.append(("direct path", lambda: bench_direct(stream, rounds)))
     if "scale" in sections:
         steps.append(("scale", lambda: bench_scale(stream, points, tracers, target_events)))
     if "e2e" in sections:

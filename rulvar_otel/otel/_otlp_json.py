@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from rulvar_otel.errors import ConfigError
+from rulvar_otel.otel._encode import EncodedBatch
 
 __all__ = [
     "DEFAULT_OTLP_JSON_PATH",
@@ -63,7 +64,12 @@ def _hex_to_b64(value: str) -> str:
 
 
 def spans_to_otlp_json(spans: Sequence[ReadableSpan]) -> bytes:
-    """One OTLP/JSON ``ExportTraceServiceRequest`` for ``spans`` (no trailing newline)."""
+    """One OTLP/JSON ``ExportTraceServiceRequest`` for ``spans`` (no trailing newline).
+
+    A direct-path batch renders itself (the same request, without protobuf's JSON printer).
+    """
+    if isinstance(spans, EncodedBatch):
+        return spans.otlp_json()
     request = json_format.MessageToDict(encode_spans(spans), use_integers_for_enums=True)
     _map_ids(request, _b64_to_hex)
     return orjson.dumps(request)
