@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from opentelemetry.metrics import Meter
+from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import Tracer
 
 from rulvar_otel.core.drain import Sink, drain, drain_events
@@ -45,8 +46,9 @@ def _sinks(
 
 def export_events(
     events: Iterable[EventLike],
-    tracer: Tracer,
+    tracer: Tracer | None = None,
     *,
+    exporter: SpanExporter | Sequence[SpanExporter] | None = None,
     outcome: RunOutcome | BaseException | None = None,
     patterns: Sequence[str] | None = None,
     meter: Meter | None = None,
@@ -54,12 +56,29 @@ def export_events(
 ) -> int:
     """Map a recorded stream onto spans (and metrics when ``meter`` is given) in one pass.
 
-    ``outcome`` is how the run settled (an exception for a rejected result); without one, the
-    run counts as ok exactly when its ``run:end`` says ``ok`` and is settled. Returns the number
-    of spans created. Never raises for a strange event; a bad ``patterns`` raises ``ConfigError``
-    before any span exists, and an exception raised by ``events`` itself is raised again once
-    every span has ended.
+    Give exactly one of ``tracer`` (the spans go through the host's provider, samplers and
+    processors) and ``exporter`` (the direct path: finished spans go straight to one or more SDK
+    ``SpanExporter`` objects, in batches, without a provider; every span is exported before this
+    returns). ``outcome`` is how the run settled (an exception for a rejected result); without
+    one, the run counts as ok exactly when its ``run:end`` says ``ok`` and is settled. Returns the
+    number of spans created. Never raises for a strange event; a bad ``patterns`` raises
+    ``ConfigError`` before any span exists, and an exception raised by ``events`` itself is raised
+    again once every span has ended.
     """
+    if (tracer is None) == (exporter is None):
+        raise TypeError("export_events needs exactly one of tracer= and exporter=")
+    if exporter is not None:
+        from rulvar_otel.otel.direct import export_events_direct
+
+        extra: list[Sink] = []
+        if meter is not None:
+            from rulvar_otel.otel.metrics import MetricsRecorder
+
+            extra.append(MetricsRecorder(meter, compile_secret_masker(patterns)))
+        return export_events_direct(
+            events, exporter, outcome=outcome, patterns=patterns, run_id=run_id, sinks=extra
+        )
+    assert tracer is not None
     mapper, sinks = _sinks(tracer, patterns, meter, run_id)
     drained = drain_events(events, *sinks, outcome=outcome)
     if drained.source_error is not None:
