@@ -63,9 +63,12 @@ def direct_run(stream: Path, make_exporter: Callable[[], SpanExporter], *, metri
             return export_events_direct(source, make_exporter(), resource=_RESOURCE, sinks=sinks)
     finally:
         for sink in sinks:
-            close = getattr(sink, "shutdown", None)
-            if close is not None:
-                close()
+            # The aggregates rendered and OTLP-encoded, as a push would send them.
+            data = getattr(sink, "metrics_data", None)
+            if data is not None:
+                from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+
+                encode_metrics(data()).SerializeToString()
 
 
 def file_exporter(directory: Path, name: str) -> Callable[[], SpanExporter]:

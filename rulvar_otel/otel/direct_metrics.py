@@ -1,0 +1,297 @@
+"""Metrics on the direct path: the registry's folds aggregated in place, delivered by the OTel readers.
+
+:class:`MetricsAggregator` is a drain :class:`~rulvar_otel.core.drain.Sink` running the same folds
+as :class:`~rulvar_otel.otel.metrics.MetricsRecorder`, over the same events (replayed ones
+skipped), with the same attribute masking; but instead of one SDK call per observation it keeps
+the aggregates itself: a sum per attribute set for counters, and for histograms the bucket
+counts over the registry's boundaries (the SDK's defaults where the registry names none), with
+sum, count, min and max, as the SDK's explicit-bucket aggregation keeps them. :meth:`metrics_data`
+renders them as the SDK's ``MetricsData`` (cumulative temporality).
+
+Delivery stays the exporter libraries': :func:`otlp_reader` is the SDK's
+``PeriodicExportingMetricReader`` around any ``MetricExporter`` (OTLP gRPC or HTTP), and
+:func:`prometheus_reader` the Prometheus exporter's reader serving ``/metrics``; each collects
+from the aggregator instead of from a ``MeterProvider``. A host that passes a ``meter`` keeps the
+SDK meter path (``MetricsRecorder``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from bisect import bisect_left
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    Histogram,
+    HistogramDataPoint,
+    Metric,
+    MetricExporter,
+    MetricReader,
+    MetricsData,
+    NumberDataPoint,
+    PeriodicExportingMetricReader,
+    ResourceMetrics,
+    ScopeMetrics,
+    Sum,
+)
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+from rulvar_otel.core.handle import RunOutcome
+from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
+from rulvar_otel.otel import semconv
+from rulvar_otel.otel.metrics import _MAX_ATTRIBUTE_CHARS
+from rulvar_otel.otel.metrics.registry import (
+    ADVANCE_TYPES,
+    FINISH,
+    REGISTRY,
+    AttrValue,
+    FoldState,
+    InstrumentKind,
+    MetricDefinition,
+)
+
+__all__ = ["MetricsAggregator", "otlp_reader", "prometheus_reader", "shutdown_readers"]
+
+_log = logging.getLogger("rulvar_otel")
+
+# The SDK's explicit-bucket boundaries for a histogram with no advisory boundaries.
+_SDK_DEFAULT_BOUNDARIES: Final = (
+    0.0, 5.0, 10.0, 25.0, 50.0, 75.0, 100.0, 250.0, 500.0, 750.0, 1000.0, 2500.0, 5000.0, 7500.0, 10000.0,
+)  # fmt: skip
+# Distinct raw attribute tuples remembered per definition (labels are low-cardinality by contract).
+_CACHE_LIMIT: Final = 4096
+
+_Key = tuple[tuple[str, AttrValue], ...]
+
+
+@dataclass(slots=True)
+class _Buckets:
+    counts: list[int]
+    total: float = 0.0
+    count: int = 0
+    low: float = math.inf
+    high: float = -math.inf
+
+
+@dataclass(slots=True)
+class _Series:
+    """One definition's aggregates, keyed by masked attribute set."""
+
+    entry: MetricDefinition
+    histogram: bool
+    lower: float
+    bounds: tuple[float, ...]
+    sums: dict[_Key, float] = field(default_factory=dict)
+    buckets: dict[_Key, _Buckets] = field(default_factory=dict)
+    cache: dict[tuple[AttrValue | None, ...], _Key] = field(default_factory=dict)
+
+
+def _series(entry: MetricDefinition) -> _Series:
+    if entry.kind is InstrumentKind.HISTOGRAM:
+        bounds = tuple(float(b) for b in entry.buckets) if entry.buckets else _SDK_DEFAULT_BOUNDARIES
+        return _Series(entry, True, 0.0, bounds)
+    lower = -math.inf if entry.kind is InstrumentKind.UP_DOWN_COUNTER else 0.0
+    return _Series(entry, False, lower, ())
+
+
+_Plan = tuple[tuple[_Series, ...], bool]
+
+
+class MetricsAggregator:
+    """Folds one export's events into aggregates (see the module docstring). Never raises."""
+
+    def __init__(
+        self,
+        masker: SecretMasker | None = None,
+        *,
+        resource: Resource | None = None,
+        scope: InstrumentationScope | None = None,
+    ) -> None:
+        self._masker = masker if masker is not None else compile_secret_masker()
+        self._state = FoldState(self._masker)
+        self._lock = threading.Lock()  # a reader collects from its own thread
+        if resource is None:
+            resource = Resource.create({SERVICE_NAME: semconv.DEFAULT_SERVICE_NAME})
+        self.resource = resource
+        self.scope = scope if scope is not None else InstrumentationScope(semconv.INSTRUMENTATION_SCOPE)
+        self._series = [_series(entry) for entry in REGISTRY]
+        by_type: dict[str, list[_Series]] = {}
+        for series in self._series:
+            for kind in series.entry.on:
+                by_type.setdefault(kind, []).append(series)
+        self._plans: dict[Any, _Plan] = {
+            kind: (tuple(by_type.get(kind, ())), kind in ADVANCE_TYPES)
+            for kind in set(by_type) | ADVANCE_TYPES
+        }
+        self._start_ns = time.time_ns()
+        self._finished = False
+
+    # --- the Sink protocol ----------------------------------------------------------------------
+
+    def feed(self, event: Mapping[str, Any]) -> None:
+        try:
+            plan = self._plans.get(event.get("type"))
+            if plan is None or event.get("replayed") is True:
+                return  # no definition reads it, or it restates history already counted
+            series, advance = plan
+            with self._lock:
+                if series:
+                    self._fold(series, event)
+                if advance:
+                    self._state.advance(event)
+        except Exception:  # noqa: BLE001 - a malformed event is skipped, never fatal
+            _log.debug("metrics: event skipped", exc_info=True)
+
+    def finish(self, outcome: RunOutcome | BaseException | None) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        with self._lock:
+            self._state.outcome = outcome
+            plan = self._plans.get(FINISH)
+            if plan is not None:
+                self._fold(plan[0], {})
+
+    # --- folding --------------------------------------------------------------------------------
+
+    def _fold(self, plan: tuple[_Series, ...], event: Mapping[str, Any]) -> None:
+        state = self._state
+        for series in plan:
+            try:
+                cache = series.cache
+                for value, raw in series.entry.fold(state, event):
+                    key = cache.get(raw)
+                    if key is None:
+                        key = self._resolve(series, raw)
+                    if series.histogram:
+                        if not value >= 0:
+                            continue  # the SDK refuses negative histogram values
+                        found = series.buckets.get(key)
+                        if found is None:
+                            found = series.buckets[key] = _Buckets([0] * (len(series.bounds) + 1))
+                        found.counts[bisect_left(series.bounds, value)] += 1
+                        found.total += value
+                        found.count += 1
+                        found.low = min(found.low, value)
+                        found.high = max(found.high, value)
+                    elif series.lower <= value < math.inf:
+                        series.sums[key] = series.sums.get(key, 0) + value
+            except Exception:  # noqa: BLE001 - one bad fold never stops the others
+                _log.debug("metrics: fold %s skipped", series.entry.name, exc_info=True)
+
+    def _resolve(self, series: _Series, raw: tuple[AttrValue | None, ...]) -> _Key:
+        keys = series.entry.attributes
+        if len(raw) != len(keys):
+            raise ValueError(f"{series.entry.name}: {len(raw)} attribute values for {len(keys)} keys")
+        clean: list[tuple[str, AttrValue]] = []
+        for name, value in zip(keys, raw, strict=True):
+            if isinstance(value, bool):
+                clean.append((name, value))
+            elif isinstance(value, str):
+                clean.append((name, self._masker.mask(value)[:_MAX_ATTRIBUTE_CHARS]))
+        key = tuple(sorted(clean))
+        if len(series.cache) >= _CACHE_LIMIT:
+            series.cache.clear()
+        series.cache[raw] = key
+        return key
+
+    # --- output ---------------------------------------------------------------------------------
+
+    def metrics_data(self) -> MetricsData:
+        """Every aggregate so far as the SDK's ``MetricsData`` (cumulative since this aggregator began)."""
+        now = time.time_ns()
+        start = self._start_ns
+        metrics: list[Metric] = []
+        with self._lock:
+            for series in self._series:
+                entry = series.entry
+                data: Sum | Histogram
+                if series.histogram:
+                    if not series.buckets:
+                        continue
+                    points = [
+                        HistogramDataPoint(
+                            attributes=dict(key),
+                            start_time_unix_nano=start,
+                            time_unix_nano=now,
+                            count=b.count,
+                            sum=b.total,
+                            bucket_counts=list(b.counts),
+                            explicit_bounds=list(series.bounds),
+                            min=b.low,
+                            max=b.high,
+                        )
+                        for key, b in series.buckets.items()
+                    ]
+                    data = Histogram(points, AggregationTemporality.CUMULATIVE)
+                else:
+                    if not series.sums:
+                        continue
+                    number_points = [
+                        NumberDataPoint(
+                            attributes=dict(key), start_time_unix_nano=start, time_unix_nano=now, value=value
+                        )
+                        for key, value in series.sums.items()
+                    ]
+                    data = Sum(
+                        number_points,
+                        AggregationTemporality.CUMULATIVE,
+                        is_monotonic=entry.kind is InstrumentKind.COUNTER,
+                    )
+                metrics.append(Metric(entry.name, entry.description, entry.unit, data))
+        scope_metrics = ScopeMetrics(self.scope, metrics, self.scope.schema_url or "")
+        return MetricsData([ResourceMetrics(self.resource, [scope_metrics], self.resource.schema_url)])
+
+
+def _attach(reader: MetricReader, aggregator: MetricsAggregator) -> MetricReader:
+    """Make ``reader`` collect from ``aggregator``, through the hook a ``MeterProvider`` would use.
+
+    The reader keeps all of its own behaviour (its schedule, its final push on shutdown, its
+    scrape endpoint); only where a collection reads from changes. Tests pin that this holds.
+    """
+
+    def collect(_reader: MetricReader, timeout_millis: float = 10_000) -> MetricsData:
+        return aggregator.metrics_data()
+
+    reader._set_collect_callback(collect)  # type: ignore[arg-type]
+    return reader
+
+
+def otlp_reader(
+    aggregator: MetricsAggregator,
+    exporter: MetricExporter,
+    *,
+    export_interval_s: float = 15.0,
+    timeout_s: float = 10.0,
+) -> MetricReader:
+    """The SDK's periodic reader pushing ``aggregator``'s metrics to ``exporter``.
+
+    It pushes every ``export_interval_s`` and once more on ``shutdown`` (bounded by ``timeout_s``).
+    """
+    reader = PeriodicExportingMetricReader(
+        exporter, export_interval_millis=export_interval_s * 1000, export_timeout_millis=timeout_s * 1000
+    )
+    return _attach(reader, aggregator)
+
+
+def prometheus_reader(aggregator: MetricsAggregator, registry: Any) -> MetricReader:
+    """The Prometheus exporter's reader on ``registry`` (a ``CollectorRegistry``), scraping ``aggregator``."""
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+
+    return _attach(PrometheusMetricReader(registry=registry), aggregator)
+
+
+def shutdown_readers(readers: Sequence[MetricReader], timeout_s: float) -> None:
+    """Final push and stop, each bounded; never raises."""
+    for reader in readers:
+        try:
+            reader.shutdown(timeout_millis=timeout_s * 1000)
+        except Exception:  # noqa: BLE001 - metrics never hide the trace result
+            _log.debug("metrics: reader shutdown failed", exc_info=True)
