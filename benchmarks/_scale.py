@@ -105,6 +105,8 @@ def _exporter(tracer_kind: str) -> Callable[[Path], int]:
     from rulvar_otel.otel import export_events
     from rulvar_otel.sources.jsonl import JsonlEventSource
 
+    if tracer_kind == "direct":
+        return _direct_exporter()
     if tracer_kind == "noop":
         tracer: Any = NoOpTracer()
     else:
@@ -118,11 +120,36 @@ def _exporter(tracer_kind: str) -> Callable[[Path], int]:
     return run
 
 
+def _direct_exporter() -> Callable[[Path], int]:
+    """The direct path, every batch encoded to OTLP protobuf bytes and then dropped."""
+    from collections.abc import Sequence
+
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    from rulvar_otel.otel._encode import EncodedBatch
+    from rulvar_otel.otel.direct import export_events_direct
+    from rulvar_otel.sources.jsonl import JsonlEventSource
+
+    class Encoding(SpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            assert isinstance(spans, EncodedBatch)
+            spans.request().SerializeToString()
+            return SpanExportResult.SUCCESS
+
+    def run(path: Path) -> int:
+        with JsonlEventSource(path) as source:
+            export_events_direct(source, Encoding())
+            return source.events_read
+
+    return run
+
+
 def _worker(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks._scale")
     parser.add_argument("stream", type=Path)
     parser.add_argument("--baseline", type=Path, required=True)
-    parser.add_argument("--tracer", choices=("noop", "sdk"), default="noop")
+    parser.add_argument("--tracer", choices=("noop", "sdk", "direct"), default="noop")
     parser.add_argument("--baseline-runs", type=int, default=3)
     args = parser.parse_args(argv)
     run = _exporter(args.tracer)

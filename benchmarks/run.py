@@ -405,13 +405,16 @@ def _scale_point(stream: Path, events: int, tracer: str) -> dict[str, Any]:
     return result
 
 
+_TRACER_NAMES = {"noop": "no-op tracer", "sdk": "real SDK", "direct": "direct path, OTLP-encoded"}
+
+
 def bench_scale(
     stream: Path, points: Sequence[int], tracers: Sequence[str], target_events: int
 ) -> list[Figure]:
     import statistics
 
     figures: list[Figure] = []
-    fit: list[tuple[int, float]] = []
+    fits: dict[str, list[tuple[int, float]]] = {}
     for tracer in tracers:
         for events in points:
             r = _scale_point(stream, events, tracer)
@@ -421,12 +424,12 @@ def bench_scale(
             growth_mb = (r["peak_kb"] - r["rss_before_kb"]) / 1024
             relative = rate / base_rate
             judged = events == target_events
-            fit.append((r["events"], r["seconds"])) if tracer == tracers[0] else None
+            fits.setdefault(tracer, []).append((r["events"], r["seconds"]))
             notes = [] if r["peak_reset"] else ["peak RSS mark could not be reset: growth is an upper bound"]
             figures.append(
                 Figure(
                     "scale",
-                    f"{events} events, {'no-op tracer' if tracer == 'noop' else 'real SDK'}: "
+                    f"{events} events, {_TRACER_NAMES.get(tracer, tracer)}: "
                     f"total {r['seconds']:.2f} s, peak RSS growth {growth_mb:.1f} MB",
                     f"{rate / 1e3:6.1f}k ev/s",
                     f"{stream.stem} {base_rate / 1e3:6.1f}k ev/s",
@@ -436,26 +439,27 @@ def bench_scale(
                     notes,
                 )
             )
-    if len(fit) >= 3:
-        n = len(fit)
-        mean_x = sum(x for x, _ in fit) / n
-        mean_y = sum(y for _, y in fit) / n
-        sxx = sum((x - mean_x) ** 2 for x, _ in fit)
-        slope = sum((x - mean_x) * (y - mean_y) for x, y in fit) / sxx
-        intercept = mean_y - slope * mean_x
-        ss_tot = sum((y - mean_y) ** 2 for _, y in fit)
-        ss_res = sum((y - (intercept + slope * x)) ** 2 for x, y in fit)
-        r2 = 1 - ss_res / ss_tot if ss_tot else 1.0
-        figures.append(
-            Figure(
-                "scale",
-                f"linear fit over {n} points ({tracers[0]}): seconds = a + b * events",
-                f"b = {slope * 1e6:.2f} us/event, a = {intercept * 1e3:.0f} ms",
-                "",
-                None,
-                "R^2 " + f"{r2:.4f}",
+    for tracer, fit in fits.items():
+        if len(fit) >= 3:
+            n = len(fit)
+            mean_x = sum(x for x, _ in fit) / n
+            mean_y = sum(y for _, y in fit) / n
+            sxx = sum((x - mean_x) ** 2 for x, _ in fit)
+            slope = sum((x - mean_x) * (y - mean_y) for x, y in fit) / sxx
+            intercept = mean_y - slope * mean_x
+            ss_tot = sum((y - mean_y) ** 2 for _, y in fit)
+            ss_res = sum((y - (intercept + slope * x)) ** 2 for x, y in fit)
+            r2 = 1 - ss_res / ss_tot if ss_tot else 1.0
+            figures.append(
+                Figure(
+                    "scale",
+                    f"linear fit over {n} points ({tracer}): seconds = a + b * events",
+                    f"b = {slope * 1e6:.2f} us/event, a = {intercept * 1e3:.0f} ms",
+                    "",
+                    None,
+                    "R^2 " + f"{r2:.4f}",
+                )
             )
-        )
     return figures
 
 
@@ -530,7 +534,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="scale points in events (default 100000,300000,1000000; quick 5000,10000,20000; add 10000000)",
     )
     parser.add_argument(
-        "--scale-tracers", default="noop,sdk", help="tracers for the scale points: noop, sdk (default both)"
+        "--scale-tracers",
+        default="noop,sdk,direct",
+        help="paths for the scale points: noop, sdk, direct (default all three)",
     )
     parser.add_argument(
         "--only",

@@ -25,7 +25,8 @@ def test_quick_mode_prints_every_figure(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     table = done.stdout
-    for heading in ("== parse+map ==", "== sdk floor ==", "== metrics ==", "== scale ==", "== end to end =="):
+    headings = ("== parse+map ==", "== sdk floor ==", "== metrics ==", "== direct path ==", "== scale ==")
+    for heading in (*headings, "== end to end =="):
         assert heading in table
     for phrase in (
         "parse+map, no-op tracer",
@@ -37,6 +38,12 @@ def test_quick_mode_prints_every_figure(tmp_path: Path) -> None:
         "baseline: traces only",
         "300 events, no-op tracer",
         "900 events, real SDK",
+        "900 events, direct path",
+        "write the OTLP/JSON file, direct path",
+        "baseline: SDK path",
+        "real OTLP/gRPC receiver in this process, direct path (every round received all",
+        "direct path, traces + metrics in one pass",
+        "linear fit over 3 points (direct)",
         "peak RSS growth",
         "linear fit",
         "rulvar-otel export -> OTLP/gRPC",
@@ -44,11 +51,14 @@ def test_quick_mode_prints_every_figure(tmp_path: Path) -> None:
         assert phrase in table, phrase
     figures = json.loads(out.read_text())
     sections = {f["section"] for f in figures}
-    assert sections == {"parse+map", "sdk floor", "metrics", "scale", "end to end"}
+    assert sections == {"parse+map", "sdk floor", "metrics", "direct path", "scale", "end to end"}
     ratios = [f["ratio"] for f in figures if f["ratio"] is not None]
     assert ratios and all(r > 0 for r in ratios)
     # Delivery is a correctness figure, not a timing: every span and span event must arrive.
     (e2e,) = [f for f in figures if f["section"] == "end to end"]
     assert e2e["met"] is True, e2e
+    # The direct path's figures check their own output: no note means every span arrived.
+    direct = [f for f in figures if f["section"] == "direct path"]
+    assert len(direct) == 3 and all(not f["notes"] for f in direct), direct
     (floor,) = [f for f in figures if f["section"] == "sdk floor"]
     assert "floor verified" in " ".join(floor["notes"])

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 from rulvar_otel.core.handle import EventLike
+from rulvar_otel.core.lifecycle import AgentLifecycle
 from rulvar_otel.core.wire import as_int, as_number, as_str, as_wire, ts_ns
 
 __all__ = [
@@ -422,13 +423,6 @@ def reduce_invocation_table(events: Iterable[EventLike]) -> InvocationTable:
 # -- the critical path -------------------------------------------------------------------------
 
 
-@dataclass
-class _Start:
-    role: str | None
-    at: float
-    label: str | None
-
-
 def reduce_critical_path(events: Iterable[EventLike]) -> CriticalPath:
     """Fold a run's events into its critical-path reading.
 
@@ -440,7 +434,7 @@ def reduce_critical_path(events: Iterable[EventLike]) -> CriticalPath:
     run_start: float | None = None
     run_end: float | None = None
     segments = 0
-    starts: dict[str, _Start] = {}
+    agents = AgentLifecycle()
     last_worker_end: float | None = None
     worker_spans = 0
     host_rejected = 0
@@ -472,10 +466,9 @@ def reduce_critical_path(events: Iterable[EventLike]) -> CriticalPath:
         elif kind == "run:end":
             run_end = at
         elif kind == "agent:start":
-            if span_id not in starts:
-                starts[span_id] = _Start(as_str(wire.get("role")), at, as_str(wire.get("label")))
+            agents.start(wire)
         elif kind in ("agent:phase:end", "tool:end"):
-            started = starts.get(span_id)
+            started = agents.get(span_id)
             if started is None or started.role != COORDINATION_ROLE:
                 continue
             duration = as_number(wire.get("durationMs"))
@@ -487,11 +480,12 @@ def reduce_critical_path(events: Iterable[EventLike]) -> CriticalPath:
         elif kind == "agent:end":
             if wire.get("hostRejected") is True:
                 host_rejected += 1
-            started = starts.get(span_id)
-            if started is None:
+            started = agents.end(wire)
+            if started is None or started.start_ns is None:
                 continue  # an end whose start this stream never saw cannot be placed in time
+            started_at = round(started.start_ns / 1e6, 3)
             if started.role == SYNTHESIZE_ROLE:
-                wall = max(0.0, at - started.at)
+                wall = max(0.0, at - started_at)
                 klass = synthesize_span_class(started.label)
                 synth_ms[klass] += wall
                 synth_spans[klass] += 1
@@ -502,7 +496,7 @@ def reduce_critical_path(events: Iterable[EventLike]) -> CriticalPath:
                         final_judge_ms += wall
                 elif klass == "composition":
                     candidate_ends.append(at)
-                synth_intervals.append((klass, started.at, at))
+                synth_intervals.append((klass, started_at, at))
             elif started.role != COORDINATION_ROLE:
                 worker_spans += 1
                 last_worker_end = at if last_worker_end is None else max(last_worker_end, at)

@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import Any, Final, TypeAlias, TypeVar
 
 from rulvar_otel.core.handle import RunOutcome
+from rulvar_otel.core.lifecycle import AgentLifecycle
 from rulvar_otel.core.masking import SecretMasker
 from rulvar_otel.core.wire import as_number as _num
 from rulvar_otel.core.wire import ts_ns as _ts
@@ -148,13 +149,6 @@ def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-@dataclass(slots=True)
-class _AgentSpan:
-    start_ts: int | None
-    model: str
-    agent_type: str
-
-
 # Event types FoldState.advance reads; together with the definitions' `on` types they are all the
 # recorder ever looks at (anything else is skipped after one dict lookup).
 ADVANCE_TYPES: Final = frozenset(
@@ -173,7 +167,7 @@ class FoldState:
     masker: SecretMasker
     workflow: str = UNKNOWN
     run_start_ts: int | None = None
-    agents: dict[str, _AgentSpan] = field(default_factory=dict)
+    agents: AgentLifecycle = field(default_factory=AgentLifecycle)
     denied_spans: set[str] = field(default_factory=set)  # spans with quota denials pending
     task_agent_type: dict[str, str] = field(default_factory=dict)  # logicalTaskId -> agentType
     ledger_ops: int = 0
@@ -218,13 +212,11 @@ class FoldState:
             self.workflow = _str(event.get("workflow"), self.workflow)
             self.run_start_ts = _ts(event.get("ts"))
         elif kind == "agent:start":
-            self.agents[span_key] = _AgentSpan(
-                _ts(event.get("ts")), self.model_ref(event.get("model")), _agent_type(event)
-            )
+            self.agents.start(event)
             if event.get("role") == "orchestrate":
                 self.orchestrated = True
         elif kind == "agent:end":
-            self.agents.pop(span_key, None)
+            self.agents.end(event)
             self.denied_spans.discard(span_key)
         elif kind == "quota:denied":
             self.denied_spans.add(span_key)
@@ -369,11 +361,11 @@ def _fold_spend(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observat
 
 
 def _build_agent_end_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str]:
-    span = state.agents.get(_str(event.get("spanId"), ""))
+    span = state.agents.get(event.get("spanId"))
     return (
         _agent_type(event),
         _str(event.get("status")),
-        span.model if span is not None else UNKNOWN,
+        state.model_ref(span.model) if span is not None else UNKNOWN,
     )
 
 
@@ -386,11 +378,11 @@ def _fold_agent_invocations(state: FoldState, event: Mapping[str, Any]) -> Seque
 
 
 def _fold_agent_duration(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
-    span = state.agents.get(_str(event.get("spanId"), ""))
+    span = state.agents.get(event.get("spanId"))
     end = _ts(event.get("ts"))
-    if span is None or span.start_ts is None or end is None:
+    if span is None or span.start_ns is None or end is None:
         return ()
-    return ((_seconds(span.start_ts, end), _agent_end_attrs(state, event)),)
+    return ((_seconds(span.start_ns, end), _agent_end_attrs(state, event)),)
 
 
 def _error_class(state: FoldState, event: Mapping[str, Any]) -> str:
