@@ -85,7 +85,7 @@ def test_the_direct_path_exports_what_the_sdk_path_exports(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["large", "orchestrate"])
 def test_span_limits_cut_the_same_events_on_both_paths(name: str) -> None:
-    limits = SpanLimits(max_events=3, max_attribute_length=12)
+    limits = SpanLimits(max_events=3, max_attribute_length=12, max_span_attribute_length=9)
     expected = _sdk_request(name, limits)
     batch = _direct(name, limits)
     assert batch.request() == expected

@@ -152,7 +152,8 @@ class RecordingTracer(Tracer):
     """A tracer whose spans become :class:`SpanRecord` objects handed to ``on_end`` when ended.
 
     ``id_generator`` is read by the mapper as on the SDK's tracer (``RulvarIdGenerator`` for
-    deterministic ids). ``limits`` are the SDK's span limits, applied to each finished record.
+    deterministic ids). ``limits`` are the SDK's span limits, applied to each finished record;
+    ``name_limit`` bounds span names (a name is a value too).
     """
 
     def __init__(
@@ -161,13 +162,16 @@ class RecordingTracer(Tracer):
         *,
         id_generator: IdGenerator | None = None,
         limits: SpanLimits | None = None,
+        name_limit: int | None = None,
     ) -> None:
         self.id_generator = id_generator if id_generator is not None else RandomIdGenerator()
         limits = limits if limits is not None else SpanLimits(max_events=SpanLimits.UNSET)
         self._max_events = limits.max_events
         self._max_attributes = limits.max_span_attributes
         self._max_event_attributes = limits.max_event_attributes
-        self._max_length = limits.max_attribute_length
+        self._span_length = limits.max_span_attribute_length
+        self._event_length = limits.max_attribute_length
+        self._name_limit = name_limit
         self._deliver = on_end
         self._on_end = self._limited
 
@@ -189,6 +193,8 @@ class RecordingTracer(Tracer):
         else:
             trace_id, parent_id = ids.generate_trace_id(), 0
         attrs = dict(attributes) if attributes else {}
+        if self._name_limit is not None and len(name) > self._name_limit:
+            name = name[: self._name_limit]
         return SpanRecord(
             name, trace_id, ids.generate_span_id(), parent_id, kind, start_time or 0, attrs, self._on_end
         )
@@ -207,18 +213,24 @@ class RecordingTracer(Tracer):
         if limit is not None and len(record.events) > limit:  # deque-like: the oldest go
             record.dropped_events = len(record.events) - limit
             record.events = record.events[len(record.events) - limit :] if limit else []
-        length = self._max_length
-        if length is not None:
-            record.attributes = {k: _truncate(v, length) for k, v in record.attributes.items()}
-            record.events = [
-                (name, ts, {k: _truncate(v, length) for k, v in attrs.items()})
-                for name, ts, attrs in record.events
-            ]
+        if self._span_length is not None:
+            record.attributes = _bounded(record.attributes, self._span_length)
+        length = self._event_length
+        if length is not None and record.events:
+            record.events = [(name, ts, _bounded(attrs, length)) for name, ts, attrs in record.events]
         if self._max_attributes is not None and len(record.attributes) > self._max_attributes:
             keep = list(record.attributes.items())[-self._max_attributes :]
             record.dropped_attributes = len(record.attributes) - len(keep)
             record.attributes = dict(keep)
         self._deliver(record)
+
+
+def _bounded(attributes: Any, length: int) -> Any:
+    """``attributes`` with every string cut to ``length`` (the same mapping when none is longer)."""
+    for value in attributes.values():
+        if (value.__class__ is str and len(value) > length) or isinstance(value, tuple | list):
+            return {k: _truncate(v, length) for k, v in attributes.items()}
+    return attributes
 
 
 def _truncate(value: AttributeValue, length: int) -> AttributeValue:

@@ -118,10 +118,14 @@ class DirectSpanSink:
             self._queue.put(full)  # blocks while the exporters are behind: backpressure, not drops
 
     def tracer(
-        self, *, id_generator: IdGenerator | None = None, limits: SpanLimits | None = None
+        self,
+        *,
+        id_generator: IdGenerator | None = None,
+        limits: SpanLimits | None = None,
+        name_limit: int | None = None,
     ) -> RecordingTracer:
         """A tracer whose spans end into this sink."""
-        return RecordingTracer(self.on_end, id_generator=id_generator, limits=limits)
+        return RecordingTracer(self.on_end, id_generator=id_generator, limits=limits, name_limit=name_limit)
 
     def readable_spans(self) -> list[ReadableSpan]:
         """Every kept record as the SDK's span object (needs ``keep=True``)."""
