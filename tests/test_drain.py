@@ -14,6 +14,12 @@ from rulvar_otel.core.drain import FanOut, Sink, drain, drain_events
 from rulvar_otel.core.handle import RunOutcome, handle_from_events
 from rulvar_otel.core.masking import compile_secret_masker
 from rulvar_otel.core.progress import ProgressState
+from rulvar_otel.core.reducers import (
+    critical_path_fold,
+    invocation_table_fold,
+    reduce_critical_path,
+    reduce_invocation_table,
+)
 from rulvar_otel.errors import RunRejectedError
 from rulvar_otel.otel._mapper import SpanMapper
 from rulvar_otel.otel.metrics import MetricsRecorder
@@ -124,6 +130,24 @@ def test_a_rejecting_result_reaches_every_sink_after_a_complete_stream() -> None
     assert spans.ended  # every span of the stream ended
     data = reader.get_metrics_data()
     assert data is not None and data.resource_metrics  # the recorder finished and flushed
+
+
+@pytest.mark.parametrize("rejection", [RuntimeError("rejected"), None], ids=["rejecting", "resolving"])
+def test_the_reducers_are_sinks_finished_by_the_same_drain(rejection: BaseException | None) -> None:
+    table, path = invocation_table_fold(), critical_path_fold()
+    drained = asyncio.run(drain(BrokenSource(rejection), table, path))
+    assert drained.source_error is not None
+    # Finished once by drain: the agent the stream opened is still open in the table.
+    assert table.result is not None and table.result.open_agents == 1
+    assert path.result is not None and path.result.segments == 1
+
+
+def test_a_reducer_fold_over_drain_equals_the_reducer_function() -> None:
+    stream = events("orchestrate")
+    table, path = invocation_table_fold(), critical_path_fold()
+    drain_events(stream, table, path)
+    assert table.result == reduce_invocation_table(events("orchestrate"))
+    assert path.result == reduce_critical_path(events("orchestrate"))
 
 
 def test_drain_events_reads_the_outcome_from_the_last_run_end() -> None:

@@ -13,18 +13,19 @@ one failing sink never costs the others an event.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome, outcome_from_run_end
 from rulvar_otel.core.wire import RUN_END, as_wire
 
-__all__ = ["Drained", "FanOut", "Sink", "drain", "drain_events"]
+__all__ = ["Drained", "FanOut", "FoldSink", "Sink", "drain", "drain_events"]
 
 _log = logging.getLogger("rulvar_otel")
 
 Outcome = RunOutcome | BaseException | None
+_R = TypeVar("_R")
 
 
 @runtime_checkable
@@ -77,6 +78,36 @@ class FanOut:
                 sink.finish(outcome)
             except Exception:  # noqa: BLE001
                 _log.debug("rulvar_otel: %s failed to finish", type(sink).__name__, exc_info=True)
+
+
+class FoldSink(Generic[_R]):
+    """A fold written as a generator, as a :class:`Sink`: ``feed`` events, ``finish``, read ``result``.
+
+    The generator receives wire-form events and returns its result when sent ``None`` (the
+    reducers are written this way), so ``drain`` can feed it beside the other consumers.
+    """
+
+    __slots__ = ("_fold", "result")
+
+    def __init__(self, fold: Generator[None, Mapping[str, Any] | None, _R]) -> None:
+        self._fold: Generator[None, Mapping[str, Any] | None, _R] | None = fold
+        self.result: _R | None = None
+        next(fold)
+
+    def feed(self, event: Mapping[str, Any]) -> None:
+        if self._fold is not None:
+            self._fold.send(event)
+
+    def finish(self, outcome: object = None) -> _R:
+        """End the fold (idempotent) and return its result; the outcome does not change it."""
+        if self._fold is not None:
+            fold, self._fold = self._fold, None
+            try:
+                fold.send(None)
+            except StopIteration as done:
+                self.result = done.value
+        assert self.result is not None
+        return self.result
 
 
 def _one(sinks: Sequence[Sink]) -> Sink:

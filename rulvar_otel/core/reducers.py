@@ -14,13 +14,14 @@ a replayed stream re-stamps emission times, so its intervals are degenerate.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
+from rulvar_otel.core.drain import FoldSink
 from rulvar_otel.core.handle import EventLike
 from rulvar_otel.core.lifecycle import AgentLifecycle
 from rulvar_otel.core.wire import as_int, as_number, as_str, as_wire, ts_ns
@@ -39,6 +40,8 @@ __all__ = [
     "PostFanInBreakdown",
     "RoleBucket",
     "SynthesizeClass",
+    "critical_path_fold",
+    "invocation_table_fold",
     "reduce_critical_path",
     "reduce_invocation_table",
     "synthesize_span_class",
@@ -58,6 +61,7 @@ SYNTHESIZE_ROLE: Final = "synthesize"
 CostBasis: TypeAlias = Literal["per-call", "aggregate-estimate"]
 SynthesizeClass: TypeAlias = Literal["composition", "claim-judge", "citation-judge", "unclassified"]
 Usage: TypeAlias = dict[str, int]
+_Result = TypeVar("_Result")
 
 
 class _Out(BaseModel):
@@ -230,6 +234,25 @@ def union_length(intervals: Iterable[tuple[float, float]]) -> float:
     return total
 
 
+# -- folds as drain sinks ----------------------------------------------------------------------
+
+
+def invocation_table_fold() -> FoldSink[InvocationTable]:
+    """The invocation table as a drain sink (its ``result`` once finished)."""
+    return FoldSink(_invocation_table())
+
+
+def critical_path_fold() -> FoldSink[CriticalPath]:
+    """The critical-path reading as a drain sink (its ``result`` once finished)."""
+    return FoldSink(_critical_path())
+
+
+def _reduce(fold: FoldSink[_Result], events: Iterable[EventLike]) -> _Result:
+    for event in events:
+        fold.feed(as_wire(event))
+    return fold.finish()
+
+
 # -- the invocation table ----------------------------------------------------------------------
 
 
@@ -315,10 +338,16 @@ class _Agent:
 def reduce_invocation_table(events: Iterable[EventLike]) -> InvocationTable:
     """Reduce a run's events (or any prefix of them) to the invocation table.
 
+    The same fold as :func:`invocation_table_fold`, over a recorded stream.
+
     ``by_role`` aggregates completed phase pairs; a bucket's ``cost_basis`` stays ``per-call``
     only while every pair it folded carried that basis. A live stream and its replayed
     re-emission reduce to identical usage and cost columns (durations and retries are live-only).
     """
+    return _reduce(invocation_table_fold(), events)
+
+
+def _invocation_table() -> Generator[None, Mapping[str, Any] | None, InvocationTable]:
     agents: dict[str, _Agent] = {}
     open_phases: dict[tuple[str, int | None], _Phase] = {}
     buckets: dict[str, tuple[Usage, list[float], list[CostBasis], list[int]]] = {}
@@ -337,8 +366,7 @@ def reduce_invocation_table(events: Iterable[EventLike]) -> InvocationTable:
             agents[span_id] = row
         return row
 
-    for event in events:
-        wire = as_wire(event)
+    while (wire := (yield)) is not None:
         kind = wire.get("type")
         if kind not in ("agent:start", "agent:phase:start", "agent:phase:end", "agent:end"):
             continue
@@ -424,6 +452,11 @@ def reduce_invocation_table(events: Iterable[EventLike]) -> InvocationTable:
 
 
 def reduce_critical_path(events: Iterable[EventLike]) -> CriticalPath:
+    """Fold a run's events into its critical-path reading (see :func:`critical_path_fold`)."""
+    return _reduce(critical_path_fold(), events)
+
+
+def _critical_path() -> Generator[None, Mapping[str, Any] | None, CriticalPath]:
     """Fold a run's events into its critical-path reading.
 
     Post-fan-in is the interval from the last settled worker span (primary role neither
@@ -452,8 +485,7 @@ def reduce_critical_path(events: Iterable[EventLike]) -> CriticalPath:
     coord_tools: list[tuple[str, float, float]] = []
     synth_intervals: list[tuple[SynthesizeClass, float, float]] = []
 
-    for event in events:
-        wire = as_wire(event)
+    while (wire := (yield)) is not None:
         kind = wire.get("type")
         at = _ts_ms(wire.get("ts"))
         if at is None:
