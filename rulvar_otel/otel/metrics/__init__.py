@@ -22,9 +22,10 @@ from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Meter, Up
 from opentelemetry.metrics import Observation as GaugeObservation
 
 from rulvar_otel.core.drain import drain
-from rulvar_otel.core.events import EventModel, event_to_wire
+from rulvar_otel.core.events import EventModel
 from rulvar_otel.core.handle import RunHandle, RunOutcome
 from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
+from rulvar_otel.core.wire import as_wire
 from rulvar_otel.otel.metrics._provider import MetricsPipeline, MetricsSetup, build_meter_provider
 from rulvar_otel.otel.metrics.registry import (
     ADVANCE_TYPES,
@@ -316,15 +317,7 @@ class MetricsRecorder:
     def observe(self, event: Mapping[str, Any] | EventModel) -> None:
         """Fold one event (now or in the next batch). Never raises."""
         try:
-            wire: Mapping[str, Any]
-            if type(event) is dict:
-                wire = event
-            elif isinstance(event, EventModel):
-                wire = event_to_wire(event)
-            elif isinstance(event, Mapping):
-                wire = event
-            else:
-                return
+            wire = event if type(event) is dict else as_wire(event)
             kind = wire.get("type")
             plan = self._plans.get(kind)  # an unhashable type raises: skipped below
             if plan is None or wire.get("replayed") is True:
