@@ -108,3 +108,18 @@ def test_a_collection_mid_stream_sees_what_was_fed_so_far() -> None:
     final = points(aggregator.metrics_data())
     assert first and set(first) <= set(final)
     assert first != final  # the second half moved some series
+
+
+def test_interleaved_runs_each_fold_their_own_state_into_the_same_aggregates() -> None:
+    aggregator = MetricsAggregator()
+    first, second = aggregator.run(), aggregator.run()
+    for event in events("orchestrate"):
+        first.feed(event)
+    for event in events("tools"):
+        second.feed(event)
+    first.finish(outcome("orchestrate"))
+    second.finish(outcome("tools"))
+    both = points(aggregator.metrics_data())
+    alone_first, _ = direct_points(events("orchestrate"), outcome("orchestrate"))
+    alone_second, _ = direct_points(events("tools"), outcome("tools"))
+    assert set(both) == set(alone_first) | set(alone_second)

@@ -58,7 +58,14 @@ from rulvar_otel.otel.metrics.registry import (
     MetricDefinition,
 )
 
-__all__ = ["MetricsAggregator", "otlp_reader", "prometheus_reader", "shutdown_readers"]
+__all__ = [
+    "MetricsAggregator",
+    "RunMetrics",
+    "attach_reader",
+    "otlp_reader",
+    "prometheus_reader",
+    "shutdown_readers",
+]
 
 _log = logging.getLogger("rulvar_otel")
 
@@ -118,7 +125,6 @@ class MetricsAggregator:
         scope: InstrumentationScope | None = None,
     ) -> None:
         self._masker = masker if masker is not None else compile_secret_masker()
-        self._state = FoldState(self._masker)
         self._lock = threading.Lock()  # a reader collects from its own thread
         if resource is None:
             resource = Resource.create({SERVICE_NAME: semconv.DEFAULT_SERVICE_NAME})
@@ -133,57 +139,32 @@ class MetricsAggregator:
             kind: (tuple(by_type.get(kind, ())), kind in ADVANCE_TYPES)
             for kind in set(by_type) | ADVANCE_TYPES
         }
-        self._queue: deque[tuple[Mapping[str, Any], _Plan]] = deque()
         self._start_ns = time.time_ns()
-        self._finished = False
+        self._runs: list[RunMetrics] = []
+        self._default = self.run()
 
-    # --- the Sink protocol ----------------------------------------------------------------------
+    # --- the Sink protocol (one run) --------------------------------------------------------------
 
     def feed(self, event: Mapping[str, Any]) -> None:
-        try:
-            plan = self._plans.get(event.get("type"))
-            if plan is None or event.get("replayed") is True:
-                return  # no definition reads it, or it restates history already counted
-            queue = self._queue
-            queue.append((event, plan))
-            if len(queue) >= _BATCH_EVENTS:
-                with self._lock:
-                    self._drain()
-        except Exception:  # noqa: BLE001 - a malformed event is skipped, never fatal
-            _log.debug("metrics: event skipped", exc_info=True)
+        self._default.feed(event)
 
     def finish(self, outcome: RunOutcome | BaseException | None) -> None:
-        if self._finished:
-            return
-        self._finished = True
+        self._default.finish(outcome)
+
+    def run(self) -> RunMetrics:
+        """A sink for one more run of the same export: its own fold state, the same aggregates.
+
+        Interleaved runs each get one, as each gets its own span mapper; their series add up
+        where their attribute sets meet.
+        """
+        run = RunMetrics(self)
         with self._lock:
-            self._drain()
-            self._state.outcome = outcome
-            plan = self._plans.get(FINISH)
-            if plan is not None:
-                self._fold(plan[0], {})
+            self._runs.append(run)
+        return run
 
     # --- folding --------------------------------------------------------------------------------
 
-    def _drain(self) -> None:
-        """Fold every queued event, in order (the caller holds the lock).
-
-        Events are folded in batches, as the recorder does: the folds then run in a tight loop
-        instead of between the span mapper's calls, and keep each other's code in the CPU caches.
-        """
-        queue, state, fold = self._queue, self._state, self._fold
-        while queue:
-            event, (series, advance) = queue.popleft()
-            if series:
-                fold(series, event)
-            if advance:
-                try:
-                    state.advance(event)
-                except Exception:  # noqa: BLE001 - a malformed event is skipped, not fatal
-                    _log.debug("metrics: event skipped", exc_info=True)
-
-    def _fold(self, plan: tuple[_Series, ...], event: Mapping[str, Any]) -> None:
-        state = self._state
+    def _fold(self, state: FoldState, plan: tuple[_Series, ...], event: Mapping[str, Any]) -> None:
         for series in plan:
             try:
                 cache = series.cache
@@ -234,7 +215,8 @@ class MetricsAggregator:
         start = self._start_ns
         metrics: list[Metric] = []
         with self._lock:
-            self._drain()
+            for run in self._runs:
+                run.drain()
             for series in self._series:
                 entry = series.entry
                 data: Sum | Histogram
@@ -275,7 +257,61 @@ class MetricsAggregator:
         return MetricsData([ResourceMetrics(self.resource, [scope_metrics], self.resource.schema_url)])
 
 
-def _attach(reader: MetricReader, aggregator: MetricsAggregator) -> MetricReader:
+class RunMetrics:
+    """One run's fold state feeding a :class:`MetricsAggregator` (a drain sink). Never raises."""
+
+    def __init__(self, aggregator: MetricsAggregator) -> None:
+        self._aggregator = aggregator
+        self._plans = aggregator._plans
+        self._state = FoldState(aggregator._masker)
+        self._queue: deque[tuple[Mapping[str, Any], _Plan]] = deque()
+        self._finished = False
+
+    def feed(self, event: Mapping[str, Any]) -> None:
+        try:
+            plan = self._plans.get(event.get("type"))
+            if plan is None or event.get("replayed") is True:
+                return  # no definition reads it, or it restates history already counted
+            queue = self._queue
+            queue.append((event, plan))
+            if len(queue) >= _BATCH_EVENTS:
+                with self._aggregator._lock:
+                    self.drain()
+        except Exception:  # noqa: BLE001 - a malformed event is skipped, never fatal
+            _log.debug("metrics: event skipped", exc_info=True)
+
+    def finish(self, outcome: RunOutcome | BaseException | None) -> None:
+        """Fold what waits and the per-run metrics once the outcome is known. Idempotent."""
+        if self._finished:
+            return
+        self._finished = True
+        aggregator = self._aggregator
+        with aggregator._lock:
+            self.drain()
+            self._state.outcome = outcome
+            plan = self._plans.get(FINISH)
+            if plan is not None:
+                aggregator._fold(self._state, plan[0], {})
+
+    def drain(self) -> None:
+        """Fold every queued event, in order (the caller holds the aggregator's lock).
+
+        Events are folded in batches, as the recorder does: the folds then run in a tight loop
+        instead of between the span mapper's calls, and keep each other's code in the CPU caches.
+        """
+        queue, state, fold = self._queue, self._state, self._aggregator._fold
+        while queue:
+            event, (series, advance) = queue.popleft()
+            if series:
+                fold(state, series, event)
+            if advance:
+                try:
+                    state.advance(event)
+                except Exception:  # noqa: BLE001 - a malformed event is skipped, not fatal
+                    _log.debug("metrics: event skipped", exc_info=True)
+
+
+def attach_reader(reader: MetricReader, aggregator: MetricsAggregator) -> MetricReader:
     """Make ``reader`` collect from ``aggregator``, through the hook a ``MeterProvider`` would use.
 
     The reader keeps all of its own behaviour (its schedule, its final push on shutdown, its
@@ -303,14 +339,14 @@ def otlp_reader(
     reader = PeriodicExportingMetricReader(
         exporter, export_interval_millis=export_interval_s * 1000, export_timeout_millis=timeout_s * 1000
     )
-    return _attach(reader, aggregator)
+    return attach_reader(reader, aggregator)
 
 
 def prometheus_reader(aggregator: MetricsAggregator, registry: Any) -> MetricReader:
     """The Prometheus exporter's reader on ``registry`` (a ``CollectorRegistry``), scraping ``aggregator``."""
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
 
-    return _attach(PrometheusMetricReader(registry=registry), aggregator)
+    return attach_reader(PrometheusMetricReader(registry=registry), aggregator)
 
 
 def shutdown_readers(readers: Sequence[MetricReader], timeout_s: float) -> None:
