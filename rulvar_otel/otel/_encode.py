@@ -34,7 +34,7 @@ __all__ = ["BatchHeader", "EncodedBatch"]
 
 # PB2SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK: every parent here is local.
 _FLAGS: Final = 0x100
-_MEMO_LIMIT: Final = 65_536
+_MEMO_LIMIT: Final = 8192  # entries per form; each is a few hundred bytes
 
 
 class BatchHeader:

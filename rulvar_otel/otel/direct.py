@@ -50,8 +50,8 @@ _log = logging.getLogger("rulvar_otel")
 
 DEFAULT_MAX_BATCH: Final = 512
 DEFAULT_SCHEDULE_DELAY_S: Final = 1.0
-# Batches waiting for the exporters; a producer beyond this waits (about 16k spans of `large`).
-DEFAULT_MAX_QUEUE_BATCHES: Final = 32
+# Batches waiting for the exporters; a producer beyond this waits (memory stays bounded).
+DEFAULT_MAX_QUEUE_BATCHES: Final = 8
 _STOP: Final = object()
 
 
