@@ -99,13 +99,22 @@ class SpanRecord(Span):
     def get_span_context(self) -> SpanContext:
         return self._context
 
+    # As the SDK's attribute mapping: setting a key again moves it to the end.
+
     def set_attribute(self, key: str, value: AttributeValue) -> None:
         if self._on_end is not None:
-            self.attributes[key] = value
+            attributes = self.attributes
+            if key in attributes:
+                del attributes[key]
+            attributes[key] = value
 
     def set_attributes(self, attributes: Mapping[str, AttributeValue]) -> None:
         if self._on_end is not None:
-            self.attributes.update(attributes)
+            own = self.attributes
+            for key, value in attributes.items():
+                if key in own:
+                    del own[key]
+                own[key] = value
 
     def add_event(self, name: str, attributes: Attributes = None, timestamp: int | None = None) -> None:
         if self._on_end is not None:
