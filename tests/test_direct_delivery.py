@@ -124,6 +124,23 @@ def test_a_slow_exporter_slows_the_producer_instead_of_losing_spans() -> None:
     sink.shutdown()
     assert slow.spans == 400 and sink.delivered == [400]
     assert max(slow.batches) <= 16
+    assert sink.waits > 0  # the producer did wait
+
+
+def test_kept_records_are_bounded_but_every_root_is_kept() -> None:
+    sink = DirectSpanSink([Slow()], keep=3)
+    tracer = sink.tracer()
+    root = tracer.start_span("root", start_time=0)
+    for index in range(10):
+        from opentelemetry import trace
+
+        child = tracer.start_span(f"c{index}", context=trace.set_span_in_context(root), start_time=1)
+        child.end(2)
+    root.end(3)
+    sink.shutdown()
+    kept = sink.readable_spans()
+    assert [s.name for s in kept] == ["c0", "c1", "c2", "root"]
+    assert kept[-1].parent is None and kept[0].parent is not None
 
 
 def test_a_live_stream_gets_a_partial_batch_out_after_the_schedule_delay() -> None:

@@ -61,7 +61,7 @@ class DirectSpanSink:
     ``on_end`` is the :class:`RecordingTracer` callback. :meth:`shutdown` flushes what waits,
     shuts the exporters down and returns how many spans every exporter accepted. An exporter that
     fails once is not called again (a dead endpoint costs one export timeout, not one per batch).
-    ``keep`` keeps every record (for the terminal tree).
+    ``keep`` keeps up to that many records, and every root (for a terminal tree).
     """
 
     def __init__(
@@ -73,7 +73,7 @@ class DirectSpanSink:
         max_batch: int = DEFAULT_MAX_BATCH,
         schedule_delay_s: float = DEFAULT_SCHEDULE_DELAY_S,
         max_queue_batches: int = DEFAULT_MAX_QUEUE_BATCHES,
-        keep: bool = False,
+        keep: int = 0,
     ) -> None:
         self.header = BatchHeader(
             resource
@@ -93,7 +93,8 @@ class DirectSpanSink:
         self._keep = keep
         self.records: list[SpanRecord] = []
         self.ended = 0
-        self.trace_ids: set[int] = set()
+        self.waits = 0  # times the producer waited for the exporters (backpressure applied)
+        self.trace_ids: dict[int, None] = {}  # insertion-ordered set
         self._closed = False
         self._worker = threading.Thread(target=self._run, name="rulvar-otel-direct-export", daemon=True)
         self._worker.start()
@@ -105,8 +106,8 @@ class DirectSpanSink:
         if self._closed:
             return
         self.ended += 1
-        self.trace_ids.add(record.trace_id)
-        if self._keep:
+        self.trace_ids.setdefault(record.trace_id)
+        if self._keep and (len(self.records) < self._keep or not record.parent_id):
             self.records.append(record)
         full: list[SpanRecord] | None = None
         with self._lock:
@@ -115,7 +116,11 @@ class DirectSpanSink:
             if len(batch) >= self._max_batch:
                 full, self._batch = batch, []
         if full is not None:
-            self._queue.put(full)  # blocks while the exporters are behind: backpressure, not drops
+            try:
+                self._queue.put_nowait(full)
+            except queue.Full:
+                self.waits += 1
+                self._queue.put(full)  # the exporters are behind: wait for them, drop nothing
 
     def tracer(
         self,
@@ -128,7 +133,7 @@ class DirectSpanSink:
         return RecordingTracer(self.on_end, id_generator=id_generator, limits=limits, name_limit=name_limit)
 
     def readable_spans(self) -> list[ReadableSpan]:
-        """Every kept record as the SDK's span object (needs ``keep=True``)."""
+        """The kept records as the SDK's span objects (see ``keep``)."""
         return list(EncodedBatch(self.records, self.header))
 
     # --- worker -----------------------------------------------------------------------------------
