@@ -6,6 +6,7 @@ import time
 from collections.abc import Sequence
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
@@ -132,8 +133,6 @@ def test_kept_records_are_bounded_but_every_root_is_kept() -> None:
     tracer = sink.tracer()
     root = tracer.start_span("root", start_time=0)
     for index in range(10):
-        from opentelemetry import trace
-
         child = tracer.start_span(f"c{index}", context=trace.set_span_in_context(root), start_time=1)
         child.end(2)
     root.end(3)
