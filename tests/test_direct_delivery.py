@@ -152,3 +152,17 @@ def test_a_live_stream_gets_a_partial_batch_out_after_the_schedule_delay() -> No
         time.sleep(0.01)
     assert slow.spans == 1  # delivered while the sink is still open
     sink.shutdown()
+
+
+def test_to_otel_takes_an_exporter_for_a_live_handle() -> None:
+    import asyncio
+
+    from rulvar_otel.core.handle import handle_from_events
+    from rulvar_otel.otel import to_otel
+
+    with GrpcTraceReceiver() as receiver:
+        handle = handle_from_events(events("orchestrate"), outcome("orchestrate"))
+        made = asyncio.run(
+            to_otel(handle, exporter=grpc_span_exporter(endpoint=receiver.endpoint, insecure=True))
+        )
+        assert made == len(receiver.spans()) > 0

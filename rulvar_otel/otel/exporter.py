@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 
 from opentelemetry.metrics import Meter
@@ -88,8 +89,9 @@ def export_events(
 
 async def to_otel(
     run: RunHandle,
-    tracer: Tracer,
+    tracer: Tracer | None = None,
     *,
+    exporter: SpanExporter | Sequence[SpanExporter] | None = None,
     patterns: Sequence[str] | None = None,
     meter: Meter | None = None,
 ) -> int:
@@ -97,13 +99,29 @@ async def to_otel(
 
     Works live (spans start and end as events arrive) and for recorded runs. A rejecting result
     never fails the export: it only refuses green to spans that had to be ended without a closer.
-    Returns the number of spans created.
+    As for :func:`export_events`, give ``tracer`` (the host's provider) or ``exporter`` (the
+    direct path: each span goes out in a batch soon after it ends; all of them before this
+    returns). Returns the number of spans created.
     """
+    if (tracer is None) == (exporter is None):
+        raise TypeError("to_otel needs exactly one of tracer= and exporter=")
     run_id: str | None
     try:
         run_id = run.run_id or None
     except Exception:  # noqa: BLE001 - a handle that cannot name its run still exports
         run_id = None
+    if exporter is not None:
+        from rulvar_otel.otel.direct import DirectSpanSink
+
+        direct = DirectSpanSink([exporter] if isinstance(exporter, SpanExporter) else list(exporter))
+        try:
+            mapper, sinks = _sinks(direct.tracer(), patterns, meter, run_id)
+            await drain(run, *sinks)
+        finally:
+            # Flushing waits for the exporters (bounded by their timeouts): off the event loop.
+            await asyncio.to_thread(direct.shutdown)
+        return mapper.span_count
+    assert tracer is not None
     mapper, sinks = _sinks(tracer, patterns, meter, run_id)
     await drain(run, *sinks)
     return mapper.span_count
