@@ -53,14 +53,18 @@ def sdk_run(stream: Path, make_exporter: Callable[[], SpanExporter], *, meter: A
 
 
 def direct_run(stream: Path, make_exporter: Callable[[], SpanExporter], *, metrics: Any = None) -> int:
-    """parse + map + export on the direct path; ``metrics`` is an extra sink fed the same pass."""
+    """parse + map + export on the direct path; ``metrics(masker)`` makes a sink fed the same pass."""
+    from rulvar_otel.core.masking import compile_secret_masker
     from rulvar_otel.otel.direct import export_events_direct
     from rulvar_otel.sources.jsonl import JsonlEventSource
 
-    sinks = [metrics()] if metrics is not None else []
+    masker = compile_secret_masker()  # one per export, shared as export_events shares it
+    sinks = [metrics(masker)] if metrics is not None else []
     try:
         with JsonlEventSource(stream) as source:
-            return export_events_direct(source, make_exporter(), resource=_RESOURCE, sinks=sinks)
+            return export_events_direct(
+                source, make_exporter(), resource=_RESOURCE, masker=masker, sinks=sinks
+            )
     finally:
         for sink in sinks:
             # The aggregates rendered and OTLP-encoded, as a push would send them.

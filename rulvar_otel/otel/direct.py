@@ -33,7 +33,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from rulvar_otel.core.drain import Sink, drain_events
 from rulvar_otel.core.handle import EventLike, RunOutcome
-from rulvar_otel.core.masking import compile_secret_masker
+from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
 from rulvar_otel.otel import semconv
 from rulvar_otel.otel._encode import BatchHeader, EncodedBatch
 from rulvar_otel.otel._mapper import SpanMapper
@@ -225,6 +225,7 @@ def export_events_direct(
     *,
     outcome: RunOutcome | BaseException | None = None,
     patterns: Sequence[str] | None = None,
+    masker: SecretMasker | None = None,
     run_id: str | None = None,
     resource: Resource | None = None,
     id_generator: IdGenerator | None = None,
@@ -234,10 +235,12 @@ def export_events_direct(
     """Map a recorded stream straight onto ``exporters`` (no tracer); returns the spans created.
 
     Every span is exported before this returns (the exporters are shut down). ``sinks`` are fed
-    the same pass (a metrics aggregator, say). A bad ``patterns`` raises ``ConfigError`` before
-    anything is exported; an exception raised by ``events`` is raised again once every span ended.
+    the same pass (a metrics aggregator, say; give it the same ``masker``). A bad ``patterns``
+    raises ``ConfigError`` before anything is exported; an exception raised by ``events`` is
+    raised again once every span ended.
     """
-    masker = compile_secret_masker(patterns)
+    if masker is None:
+        masker = compile_secret_masker(patterns)
     targets = [exporters] if isinstance(exporters, SpanExporter) else list(exporters)
     sink = DirectSpanSink(targets, resource=resource)
     mapper = SpanMapper(sink.tracer(id_generator=id_generator, limits=limits), masker, run_id=run_id)

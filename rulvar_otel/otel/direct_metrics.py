@@ -22,8 +22,7 @@ import math
 import threading
 import time
 from bisect import bisect_left
-from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -53,6 +52,7 @@ from rulvar_otel.otel.metrics.registry import (
     FINISH,
     REGISTRY,
     AttrValue,
+    Fold,
     FoldState,
     InstrumentKind,
     MetricDefinition,
@@ -77,6 +77,8 @@ _SDK_DEFAULT_BOUNDARIES: Final = (
 _CACHE_LIMIT: Final = 4096
 # Events folded per batch (as the recorder batches them); a collection folds what waits first.
 _BATCH_EVENTS: Final = 1024
+# Histogram values waiting to be counted into buckets, per definition (bounds the memory).
+_PENDING_LIMIT: Final = 4096
 
 _Key = tuple[tuple[str, AttrValue], ...]
 
@@ -90,25 +92,38 @@ class _Buckets:
     high: float = -math.inf
 
 
+_Raw = tuple[AttrValue | None, ...]
+
+
 @dataclass(slots=True)
 class _Series:
-    """One definition's aggregates, keyed by masked attribute set."""
+    """One definition's aggregates, keyed by masked attribute set.
+
+    Observations first land unresolved, keyed by the raw attribute tuple the fold returned: a
+    counter adds to a sum, a histogram appends its value. :meth:`MetricsAggregator._settle`
+    masks each distinct tuple once and moves them into the resolved aggregates, in bulk, when
+    enough wait and before every collection, so an observation costs one dict lookup and an add.
+    """
 
     entry: MetricDefinition
+    fold: Fold
     histogram: bool
     lower: float
     bounds: tuple[float, ...]
     sums: dict[_Key, float] = field(default_factory=dict)
     buckets: dict[_Key, _Buckets] = field(default_factory=dict)
-    cache: dict[tuple[AttrValue | None, ...], _Key] = field(default_factory=dict)
+    cache: dict[_Raw, _Key] = field(default_factory=dict)
+    raw_sums: dict[_Raw, float] = field(default_factory=dict)
+    pending: dict[_Raw, list[float]] = field(default_factory=dict)
+    waiting: int = 0
 
 
 def _series(entry: MetricDefinition) -> _Series:
     if entry.kind is InstrumentKind.HISTOGRAM:
         bounds = tuple(float(b) for b in entry.buckets) if entry.buckets else _SDK_DEFAULT_BOUNDARIES
-        return _Series(entry, True, 0.0, bounds)
+        return _Series(entry, entry.fold, True, 0.0, bounds)
     lower = -math.inf if entry.kind is InstrumentKind.UP_DOWN_COUNTER else 0.0
-    return _Series(entry, False, lower, ())
+    return _Series(entry, entry.fold, False, lower, ())
 
 
 _Plan = tuple[tuple[_Series, ...], bool]
@@ -142,11 +157,12 @@ class MetricsAggregator:
         self._start_ns = time.time_ns()
         self._runs: list[RunMetrics] = []
         self._default = self.run()
+        self.feed = self._default.feed
 
     # --- the Sink protocol (one run) --------------------------------------------------------------
 
-    def feed(self, event: Mapping[str, Any]) -> None:
-        self._default.feed(event)
+    # The default run's own feed, bound in __init__: no extra call per event.
+    feed: Callable[[Mapping[str, Any]], None]
 
     def finish(self, outcome: RunOutcome | BaseException | None) -> None:
         self._default.finish(outcome)
@@ -167,29 +183,61 @@ class MetricsAggregator:
     def _fold(self, state: FoldState, plan: tuple[_Series, ...], event: Mapping[str, Any]) -> None:
         for series in plan:
             try:
-                cache = series.cache
-                for value, raw in series.entry.fold(state, event):
-                    key = cache.get(raw)
-                    if key is None:
-                        key = self._resolve(series, raw)
-                    if series.histogram:
-                        if not value >= 0:
-                            continue  # the SDK refuses negative histogram values
-                        found = series.buckets.get(key)
-                        if found is None:
-                            found = series.buckets[key] = _Buckets([0] * (len(series.bounds) + 1))
-                        found.counts[bisect_left(series.bounds, value)] += 1
-                        found.total += value
-                        found.count += 1
-                        if value < found.low:
-                            found.low = value
-                        if value > found.high:
-                            found.high = value
-                    elif series.lower <= value < math.inf:
-                        sums = series.sums
-                        sums[key] = sums.get(key, 0) + value
+                observations = series.fold(state, event)
+                if not observations:
+                    continue
+                if series.histogram:
+                    pending = series.pending
+                    for value, raw in observations:
+                        values = pending.get(raw)
+                        if values is None:
+                            values = pending[raw] = []
+                        values.append(value)
+                    series.waiting += len(observations)
+                    if series.waiting >= _PENDING_LIMIT:
+                        self._settle(series)
+                else:
+                    sums, lower = series.raw_sums, series.lower
+                    for value, raw in observations:
+                        if lower <= value < math.inf:  # as the SDK: no negative count, no NaN
+                            sums[raw] = sums.get(raw, 0) + value
+                    if len(sums) >= _CACHE_LIMIT:
+                        self._settle(series)
             except Exception:  # noqa: BLE001 - one bad fold never stops the others
                 _log.debug("metrics: fold %s skipped", series.entry.name, exc_info=True)
+
+    def _settle(self, series: _Series) -> None:
+        """Resolve what waits in ``series`` into its aggregates (the caller holds the lock)."""
+        cache = series.cache
+        if series.raw_sums:
+            sums = series.sums
+            for raw, value in series.raw_sums.items():
+                key = cache.get(raw)
+                if key is None:
+                    key = self._resolve(series, raw)
+                sums[key] = sums.get(key, 0) + value
+            series.raw_sums = {}
+        if series.pending:
+            bounds, buckets = series.bounds, series.buckets
+            for raw, values in series.pending.items():
+                key = cache.get(raw)
+                if key is None:
+                    key = self._resolve(series, raw)
+                kept = [v for v in values if v >= 0]  # the SDK refuses negative (and NaN) values
+                if not kept:
+                    continue
+                found = buckets.get(key)
+                if found is None:
+                    found = buckets[key] = _Buckets([0] * (len(bounds) + 1))
+                counts = found.counts
+                for value in kept:
+                    counts[bisect_left(bounds, value)] += 1
+                found.total += sum(kept)
+                found.count += len(kept)
+                found.low = min(found.low, min(kept))
+                found.high = max(found.high, max(kept))
+            series.pending = {}
+            series.waiting = 0
 
     def _resolve(self, series: _Series, raw: tuple[AttrValue | None, ...]) -> _Key:
         keys = series.entry.attributes
@@ -218,6 +266,7 @@ class MetricsAggregator:
             for run in self._runs:
                 run.drain()
             for series in self._series:
+                self._settle(series)
                 entry = series.entry
                 data: Sum | Histogram
                 if series.histogram:
@@ -264,21 +313,16 @@ class RunMetrics:
         self._aggregator = aggregator
         self._plans = aggregator._plans
         self._state = FoldState(aggregator._masker)
-        self._queue: deque[tuple[Mapping[str, Any], _Plan]] = deque()
+        self._queue: list[Mapping[str, Any]] = []
         self._finished = False
 
     def feed(self, event: Mapping[str, Any]) -> None:
-        try:
-            plan = self._plans.get(event.get("type"))
-            if plan is None or event.get("replayed") is True:
-                return  # no definition reads it, or it restates history already counted
-            queue = self._queue
-            queue.append((event, plan))
-            if len(queue) >= _BATCH_EVENTS:
-                with self._aggregator._lock:
-                    self.drain()
-        except Exception:  # noqa: BLE001 - a malformed event is skipped, never fatal
-            _log.debug("metrics: event skipped", exc_info=True)
+        # Only queued here: which folds read it is looked up in the batch (see drain).
+        queue = self._queue
+        queue.append(event)
+        if len(queue) >= _BATCH_EVENTS:
+            with self._aggregator._lock:
+                self.drain()
 
     def finish(self, outcome: RunOutcome | BaseException | None) -> None:
         """Fold what waits and the per-run metrics once the outcome is known. Idempotent."""
@@ -299,16 +343,21 @@ class RunMetrics:
         Events are folded in batches, as the recorder does: the folds then run in a tight loop
         instead of between the span mapper's calls, and keep each other's code in the CPU caches.
         """
-        queue, state, fold = self._queue, self._state, self._aggregator._fold
-        while queue:
-            event, (series, advance) = queue.popleft()
-            if series:
-                fold(state, series, event)
-            if advance:
-                try:
+        queue, plans, state, fold = self._queue, self._plans, self._state, self._aggregator._fold
+        count = len(queue)  # the producer may append meanwhile (a reader collecting): fold these
+        for event in queue[:count]:
+            try:
+                plan = plans.get(event.get("type"))
+                if plan is None or event.get("replayed") is True:
+                    continue  # no definition reads it, or it restates history already counted
+                series, advance = plan
+                if series:
+                    fold(state, series, event)
+                if advance:
                     state.advance(event)
-                except Exception:  # noqa: BLE001 - a malformed event is skipped, not fatal
-                    _log.debug("metrics: event skipped", exc_info=True)
+            except Exception:  # noqa: BLE001 - a malformed event is skipped, not fatal
+                _log.debug("metrics: event skipped", exc_info=True)
+        del queue[:count]
 
 
 def attach_reader(reader: MetricReader, aggregator: MetricsAggregator) -> MetricReader:

@@ -71,13 +71,14 @@ def export_events(
     if exporter is not None:
         from rulvar_otel.otel.direct import export_events_direct
 
+        masker = compile_secret_masker(patterns)
         extra: list[Sink] = []
         if meter is not None:
             from rulvar_otel.otel.metrics import MetricsRecorder
 
-            extra.append(MetricsRecorder(meter, compile_secret_masker(patterns)))
+            extra.append(MetricsRecorder(meter, masker))
         return export_events_direct(
-            events, exporter, outcome=outcome, patterns=patterns, run_id=run_id, sinks=extra
+            events, exporter, outcome=outcome, masker=masker, run_id=run_id, sinks=extra
         )
     assert tracer is not None
     mapper, sinks = _sinks(tracer, patterns, meter, run_id)
