@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rulvar_otel.core.engine import (
+from rulvar_otel.engine import (
     Hang,
     Reply,
     ScriptedAdapter,
@@ -182,8 +182,8 @@ def test_engine_run_outside_an_event_loop_is_a_config_error() -> None:
 
 def test_importing_the_core_loads_no_otel_network_or_terminal_library() -> None:
     code = (
-        "import sys, rulvar_otel.core, rulvar_otel.core.engine, rulvar_otel.core.engine.demo\n"
-        "from rulvar_otel.core.engine import OpenAICompatAdapter\n"
+        "import sys, rulvar_otel.core, rulvar_otel.engine, rulvar_otel.engine.demo\n"
+        "from rulvar_otel.engine import OpenAICompatAdapter\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('opentelemetry', 'httpx', 'typer', 'rich')]\n"
         "print(bad)\n"
     )

@@ -20,7 +20,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from rulvar_otel.core.engine import (
+from rulvar_otel.engine import (
     DeadlineExceededError,
     Fail,
     Hang,

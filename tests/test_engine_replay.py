@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rulvar_otel.core.engine import (
+from rulvar_otel.engine import (
     JsonlJournalStore,
     ReplayMissError,
     Reply,
@@ -19,7 +19,7 @@ from rulvar_otel.core.engine import (
     tool,
     workflow,
 )
-from rulvar_otel.core.engine.demo import build_demo, demo_adapter
+from rulvar_otel.engine.demo import build_demo, demo_adapter
 from rulvar_otel.errors import RunNotFoundError
 from tests._otel_harness import export
 from tests.test_engine_scenarios import PRICES, TickClock, _no_sleep, settle

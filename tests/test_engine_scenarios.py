@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from rulvar_otel.core.engine import (
+from rulvar_otel.engine import (
     BudgetExhaustedError,
     EngineRunHandle,
     ExposureDrainedError,

@@ -24,14 +24,14 @@ from rulvar_otel.cli._common import (
     terminal_safe,
     with_export_options,
 )
-from rulvar_otel.core.engine import (
+from rulvar_otel.engine import (
     EngineRunHandle,
     JsonlJournalStore,
     ScriptedAdapter,
     Workflow,
     create_engine,
 )
-from rulvar_otel.core.engine.demo import DEMO_PRICING, DEMO_WORKFLOWS, build_demo
+from rulvar_otel.engine.demo import DEMO_PRICING, DEMO_WORKFLOWS, build_demo
 from rulvar_otel.core.events import event_to_wire
 from rulvar_otel.errors import ConfigError, RulvarOtelError
 

@@ -5,14 +5,14 @@ view, metrics) treats a bundled run exactly like a Rulvar run. No OpenTelemetry,
 terminal library is imported here; the OpenAI-compatible adapter imports ``httpx`` lazily.
 """
 
-from rulvar_otel.core.engine.cost import AgentRecord, CostReport, Slice, fold_cost_report
-from rulvar_otel.core.engine.journal import (
+from rulvar_otel.engine.cost import AgentRecord, CostReport, Slice, fold_cost_report
+from rulvar_otel.engine.journal import (
     InMemoryJournalStore,
     JournalEntry,
     JournalStore,
     JsonlJournalStore,
 )
-from rulvar_otel.core.engine.limits import (
+from rulvar_otel.engine.limits import (
     ConcurrencyGate,
     ExposureGate,
     QuotaDecision,
@@ -20,7 +20,7 @@ from rulvar_otel.core.engine.limits import (
     ScriptedQuota,
     TokenWindowQuota,
 )
-from rulvar_otel.core.engine.model import (
+from rulvar_otel.engine.model import (
     AdapterError,
     AgentFailedError,
     BudgetExhaustedError,
@@ -37,8 +37,8 @@ from rulvar_otel.core.engine.model import (
     ToolCallRequest,
     WorkflowError,
 )
-from rulvar_otel.core.engine.pricing import Price, PricingTable
-from rulvar_otel.core.engine.runtime import (
+from rulvar_otel.engine.pricing import Price, PricingTable
+from rulvar_otel.engine.runtime import (
     Context,
     Engine,
     EngineRunHandle,
@@ -48,8 +48,8 @@ from rulvar_otel.core.engine.runtime import (
     create_engine,
     workflow,
 )
-from rulvar_otel.core.engine.scripted import Fail, Hang, Reply, ScriptedAdapter, ScriptTurn, ToolCalls
-from rulvar_otel.core.engine.tools import Decision, Permissions, Rule, Tool, tool
+from rulvar_otel.engine.scripted import Fail, Hang, Reply, ScriptedAdapter, ScriptTurn, ToolCalls
+from rulvar_otel.engine.tools import Decision, Permissions, Rule, Tool, tool
 
 __all__ = [
     "AdapterError",
@@ -109,7 +109,7 @@ __all__ = [
 def __getattr__(name: str) -> object:
     # The OpenAI-compatible adapter module is light, but keep it out of `import rulvar_otel.core`.
     if name == "OpenAICompatAdapter":
-        from rulvar_otel.core.engine.adapters.openai_compat import OpenAICompatAdapter
+        from rulvar_otel.engine.adapters.openai_compat import OpenAICompatAdapter
 
         return OpenAICompatAdapter
     raise AttributeError(name)

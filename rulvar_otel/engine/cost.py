@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from rulvar_otel.core.engine.model import add_usage, usage_dict
+from rulvar_otel.engine.model import add_usage, usage_dict
 from rulvar_otel.core.events import Usage
 
 __all__ = ["ROLES", "AgentRecord", "CostReport", "Slice", "build_envelope", "fold_cost_report"]

@@ -26,9 +26,9 @@ import orjson
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
-from rulvar_otel.core.engine import determinism
-from rulvar_otel.core.engine.bus import EventBus, EventStream, format_ts
-from rulvar_otel.core.engine.cost import (
+from rulvar_otel.engine import determinism
+from rulvar_otel.engine.bus import EventBus, EventStream, format_ts
+from rulvar_otel.engine.cost import (
     AgentRecord,
     CostReport,
     Slice,
@@ -36,9 +36,9 @@ from rulvar_otel.core.engine.cost import (
     fold_cost_report,
     total_usage,
 )
-from rulvar_otel.core.engine.journal import InMemoryJournalStore, JournalEntry, JournalStore
-from rulvar_otel.core.engine.limits import ConcurrencyGate, ExposureGate, QuotaLimiter
-from rulvar_otel.core.engine.model import (
+from rulvar_otel.engine.journal import InMemoryJournalStore, JournalEntry, JournalStore
+from rulvar_otel.engine.limits import ConcurrencyGate, ExposureGate, QuotaLimiter
+from rulvar_otel.engine.model import (
     AdapterError,
     AgentFailedError,
     BudgetExhaustedError,
@@ -57,8 +57,8 @@ from rulvar_otel.core.engine.model import (
     usage_dict,
     wire_error,
 )
-from rulvar_otel.core.engine.pricing import PricingTable
-from rulvar_otel.core.engine.tools import Decision, Permissions, Tool
+from rulvar_otel.engine.pricing import PricingTable
+from rulvar_otel.engine.tools import Decision, Permissions, Tool
 from rulvar_otel.core.events import (
     AgentEnd,
     AgentError,
