@@ -18,7 +18,7 @@ Example::
 
     async def main() -> None:
         store = InMemoryJournalStore()
-        engine = create_engine([ScriptedAdapter("demo", [Reply("disk full on db-2")])], journal=store)
+        engine = create_engine([ScriptedAdapter("demo", script=[Reply("disk full on db-2")])], journal=store)
         handle = engine.run(triage, {"ticket": "PAGE-1"}, run_id="run-1")
         outcome = await handle.result                      # RunOutcome(status="ok", value=...)
         replay = engine.resume("run-1", triage, dry_run=True)   # zero model calls

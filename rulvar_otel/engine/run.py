@@ -287,7 +287,7 @@ class RunSegment:
                     {"status": status.value, "value": jsonable(value), "error": error, "lift": facts},
                 )
             except JournalError as exc:
-                refused = exc
+                refused = self.journal.failure or exc  # the first refusal names the cause
                 envelope["settled"] = False
                 self.emit(Log, self.root_span, level="warn", msg=f"settlement write failed: {exc}")
         self.emit(
