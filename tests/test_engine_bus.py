@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from rulvar_otel.core.handle import RunHandle
+from rulvar_otel.core.masking import MASKED_SECRET
 from rulvar_otel.engine import (
     Hang,
     Reply,
@@ -17,8 +19,6 @@ from rulvar_otel.engine import (
     create_engine,
     workflow,
 )
-from rulvar_otel.core.handle import RunHandle
-from rulvar_otel.core.masking import MASKED_SECRET
 from rulvar_otel.errors import ConfigError
 from tests.test_engine_scenarios import PRICES, TickClock, _no_sleep
 

@@ -20,6 +20,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.engine import (
     DeadlineExceededError,
     Fail,
@@ -32,7 +33,6 @@ from rulvar_otel.engine import (
     tool,
     workflow,
 )
-from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.otel import to_otel
 from tests._otel_harness import Recorder, export

@@ -24,6 +24,7 @@ from rulvar_otel.cli._common import (
     terminal_safe,
     with_export_options,
 )
+from rulvar_otel.core.events import event_to_wire
 from rulvar_otel.engine import (
     EngineRunHandle,
     JsonlJournalStore,
@@ -32,7 +33,6 @@ from rulvar_otel.engine import (
     create_engine,
 )
 from rulvar_otel.engine.demo import DEMO_PRICING, DEMO_WORKFLOWS, build_demo
-from rulvar_otel.core.events import event_to_wire
 from rulvar_otel.errors import ConfigError, JournalError, RulvarOtelError, RunRejectedError
 
 __all__ = ["demo_command", "register", "replay_command"]
