@@ -1,5 +1,4 @@
-"""``determinism_mode="error"``: a bare clock or random call in workflow code rejects the run.
-"""
+"""``determinism_mode="error"``: a bare clock or random call in workflow code rejects the run."""
 
 from __future__ import annotations
 
