@@ -33,6 +33,7 @@ from rulvar_otel.engine.context import AgentOptions
 from rulvar_otel.engine.cost import UNJOURNALED_ORDER, AgentRecord, Slice
 from rulvar_otel.engine.journal import JournalEntry, JournalKind
 from rulvar_otel.engine.model import ModelRequest, TokenCounter, usage_dict, wire_error
+from rulvar_otel.engine.run import RunStatus
 from rulvar_otel.engine.scope import AgentAbortError, ReplayedCancellation, RunSuspended, Scope
 from rulvar_otel.engine.tool_calls import ToolCallHandler
 from rulvar_otel.engine.turns import Conversation
@@ -123,7 +124,7 @@ class AgentDispatch:
     async def dispatch(self) -> Any:
         run = self.run
         terminal = run.journal.lookup(JournalKind.AGENT, self.key)
-        if terminal is not None and (terminal.data.get("status") != "cancelled" or run.dry_run):
+        if terminal is not None and (terminal.data.get("status") != RunStatus.CANCELLED or run.dry_run):
             return self._replay(terminal)
         if run.dry_run:
             raise ReplayMissError(
@@ -148,7 +149,7 @@ class AgentDispatch:
                     # Still one start/end pair: the dispatch settles cancelled before any work.
                     cut_in_queue = exc
         self.emit(AgentStart, model=self.models.loop, role=self.options.role)
-        status = "error"
+        status = RunStatus.ERROR
         value: Any = None
         error: dict[str, Any] | None = None
         failure: BaseException | None = None
@@ -157,9 +158,9 @@ class AgentDispatch:
             if cut_in_queue is not None:
                 raise cut_in_queue
             value = await self.conversation.run_to_answer(self.prompt)
-            status = "ok"
+            status = RunStatus.OK
         except (asyncio.CancelledError, RunSuspended) as exc:
-            status, cut, failure = "cancelled", True, exc
+            status, cut, failure = RunStatus.CANCELLED, True, exc
         except AgentAbortError as exc:
             error, cut, failure = exc.cause.to_wire(), True, exc.cause
         except (WorkflowError, ConfigError) as exc:
@@ -172,7 +173,9 @@ class AgentDispatch:
                 gate.release()
         conversation = self.conversation
         # Usage is approximate only when a wire call was cut; a pre-wire refusal billed nothing.
-        approx = cut and cut_in_queue is None and (status == "cancelled" or conversation.wire_requests > 0)
+        approx = (
+            cut and cut_in_queue is None and (status == RunStatus.CANCELLED or conversation.wire_requests > 0)
+        )
         conversation.close_open_invocations()
         run.budget.release(reserve)
         entry_ref = self._journal_terminal(status, value, error, approx)
@@ -189,7 +192,7 @@ class AgentDispatch:
         )
         self.emit(
             AgentEnd,
-            status=status,
+            status=status.value,
             usage=usage_dict(conversation.usage),
             cost_usd=conversation.cost,
             cost_basis="per-call",
@@ -205,7 +208,7 @@ class AgentDispatch:
         return value
 
     def _journal_terminal(
-        self, status: str, value: Any, error: dict[str, Any] | None, approx: bool
+        self, status: RunStatus, value: Any, error: dict[str, Any] | None, approx: bool
     ) -> int | None:
         """Journal the agent's terminal; None when the journal refused (the run settles on that)."""
         conversation = self.conversation
@@ -214,7 +217,7 @@ class AgentDispatch:
             "label": self.options.label,
             "model": self.models.loop,
             "role": self.options.role,
-            "status": status,
+            "status": status.value,
             "value": jsonable(value),
             "usage": usage_dict(conversation.usage),
             "costUsd": conversation.cost,
@@ -310,7 +313,7 @@ class AgentDispatch:
                 usage=usage_dict(part.usage),
                 cost_usd=part.cost_usd or 0.0,
                 cost_basis="per-call",
-                outcome="error" if status != "ok" and part is slices[-1] else "ok",
+                outcome="error" if status != RunStatus.OK and part is slices[-1] else "ok",
             )
         cost = float(data.get("costUsd") or 0.0)
         run.budget.rebook(cost)
@@ -337,12 +340,12 @@ class AgentDispatch:
             error=data.get("error"),
             usage_approx=True if approx else None,
         )
-        if status == "ok":
+        if status == RunStatus.OK:
             value = data.get("value")
             if self.options.schema is not None and value is not None:
                 return TypeAdapter(self.options.schema).validate_python(value)
             return value
-        if status == "cancelled":
+        if status == RunStatus.CANCELLED:
             raise ReplayedCancellation
         wire = data.get("error") or wire_error("agent", "the journaled agent failed")
         raise _REPLAYED_ERRORS.get(str(wire.get("code")), AgentFailedError).from_wire(wire)

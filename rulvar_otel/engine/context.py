@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from rulvar_otel.core.events import ChildEnd, ChildStart, ExternalWaiting, Log, PhaseStart, SpawnAdmitted
 from rulvar_otel.engine import determinism
 from rulvar_otel.engine.journal import JournalKind
+from rulvar_otel.engine.run import RunStatus
 from rulvar_otel.engine.scope import CURRENT_SCOPE, ReplayedCancellation, RunSuspended, Scope
 from rulvar_otel.engine.suspension import SuspensionKind, deadline_error, deadline_from
 from rulvar_otel.engine.tools import Permissions, Tool
@@ -207,24 +208,24 @@ class Context:
             run.agents_spawned += 1
         run.emit(ChildStart, span, scope.span_id, replayed=replayed, workflow=child.name, scope=path)
         token = CURRENT_SCOPE.set(Scope(run, path, span, scope.span_id, None, child.name))
-        status = "error"
+        status = RunStatus.ERROR
         try:
             value = await child.fn(self, args)
-            status = "ok"
+            status = RunStatus.OK
             return value
         except (asyncio.CancelledError, ReplayedCancellation):
-            status = "cancelled"
+            status = RunStatus.CANCELLED
             raise
         except RunSuspended:
-            status = "suspended"
+            status = RunStatus.SUSPENDED
             raise
         except BudgetExhaustedError:
-            status = "exhausted"
+            status = RunStatus.EXHAUSTED
             raise
         finally:
             CURRENT_SCOPE.reset(token)
             if terminal is not None:
-                recorded = str(terminal.data.get("status", status))
+                recorded = str(terminal.data.get("status", status.value))
                 run.emit(
                     ChildEnd,
                     span,
@@ -235,12 +236,14 @@ class Context:
                     status=recorded,
                 )
             else:
-                if status != "suspended":
+                if status != RunStatus.SUSPENDED:
                     with contextlib.suppress(JournalError):
                         run.journal.append(
-                            JournalKind.CHILD, key, {"workflow": child.name, "scope": path, "status": status}
+                            JournalKind.CHILD,
+                            key,
+                            {"workflow": child.name, "scope": path, "status": status.value},
                         )
-                run.emit(ChildEnd, span, scope.span_id, workflow=child.name, scope=path, status=status)
+                run.emit(ChildEnd, span, scope.span_id, workflow=child.name, scope=path, status=status.value)
                 run.budget.release(reserve)
 
     async def await_external(
