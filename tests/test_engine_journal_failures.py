@@ -95,6 +95,24 @@ def test_a_refused_journal_write_at_any_point_settles_the_run_with_a_typed_rejec
     assert sorted(starts) == sorted(ends)
 
 
+def test_after_a_refused_write_no_further_provider_request_is_made() -> None:
+    # Entry 4 is the first agent's terminal: the agent answered, but nothing recorded it, so the
+    # second agent (whose failure the workflow swallows) must not reach the provider at all.
+    adapter = ScriptedAdapter("fake", script=[Reply("one"), Reply("two")])
+
+    async def scenario() -> list[dict[str, Any]]:
+        engine = make_engine([adapter], journal=RefusingStore(3))
+        handle = engine.run(two_agents, {}, run_id="refused")
+        with pytest.raises(RunRejectedError):
+            await asyncio.wait_for(handle.result, timeout=5)
+        return await _drain(handle)
+
+    events = asyncio.run(scenario())
+    assert len(adapter.requests) == 1
+    assert [e["label"] for e in events if e["type"] == "agent:start"] == ["first"]
+    assert events[-1]["envelope"]["error"]["code"] == "journal"
+
+
 def test_a_refused_settlement_write_rejects_the_result_after_a_complete_stream() -> None:
     events, rejection = asyncio.run(_run_with(RefusingStore(6)))
     end = events[-1]

@@ -130,6 +130,7 @@ class AgentDispatch:
             raise ReplayMissError(
                 f"dry-run: agent {self.options.label or self.options.agent_type!r} is not journaled"
             )
+        run.journal.ensure_writable()
         reserve = await self._probe_reserve()
         self.reserve_usd = reserve
         run.budget.admit(reserve)

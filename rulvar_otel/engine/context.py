@@ -188,6 +188,7 @@ class Context:
         if not replayed:
             if run.dry_run:
                 raise ReplayMissError(f"dry-run: child workflow {child.name!r} ({key}) is not journaled")
+            run.journal.ensure_writable()
             run.budget.admit(reserve)
             run.agents_spawned += 1
             admitted = run.journal.append(

@@ -62,6 +62,11 @@ class JournalView:
         """The first resolution that closed the suspension ``entry_ref`` (first close wins)."""
         return self._closes.get(entry_ref)
 
+    def ensure_writable(self) -> None:
+        """Raise the latched refusal before live work whose facts could not be recorded."""
+        if self.failure is not None:
+            raise JournalError(f"the journal refused an earlier write: {self.failure}")
+
     def append(self, kind: JournalKind, key: str | None, data: Mapping[str, Any]) -> JournalEntry:
         """Journal one decided fact; a dry-run refuses, a refused write latches (see the module)."""
         if self.read_only:
@@ -77,8 +82,8 @@ class JournalView:
     def _write(
         self, kind: JournalKind, key: str | None, data: Mapping[str, Any], *, latch: bool = True
     ) -> JournalEntry:
-        if self.failure is not None:
-            raise JournalError(f"the journal refused an earlier write: {self.failure}")
+        if latch:
+            self.ensure_writable()
         entry = JournalEntry(
             seq=self._next_seq, kind=kind.value, key=key, ts=format_ts(self._clock()), data=dict(data)
         )

@@ -235,6 +235,7 @@ class Conversation:
             self.wire_requests += int(recorded.data.get("wireRequests") or 1)
             self._account(invocation, turn.usage, float(cost) if isinstance(cost, int | float) else None)
             return turn
+        run.journal.ensure_writable()  # never pay for a turn nothing could record
         _, adapter, model_name = run.engine.resolve_model(model_ref)
         request = ModelRequest(
             model=model_name,
