@@ -177,7 +177,11 @@ def test_an_unreadable_journal_directory_is_a_journal_error_not_a_traceback(tmp_
 
 def _cli(args: list[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
     """``rulvar-otel ARGS`` as a user whose file modes are enforced (root without DAC overrides)."""
-    command = [sys.executable, "-c", "from rulvar_otel.cli import main; main()", *args]
+    return _unprivileged(["-c", "from rulvar_otel.cli import main; main()", *args], timeout)
+
+
+def _unprivileged(python_args: list[str], timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, *python_args]
     if os.geteuid() == 0:
         capsh = shutil.which("capsh")
         assert capsh is not None, "capsh (libcap2-bin) is needed to drop root's DAC capabilities"
@@ -235,3 +239,28 @@ def test_replay_of_a_corrupt_journal_is_a_usage_error_that_echoes_nothing(tmp_pa
     assert result.returncode == 2
     assert "bad.jsonl:2: not a journal entry" in result.stderr
     assert "planted" not in result.stderr + result.stdout
+
+
+def test_a_journal_directory_nobody_may_enter_is_a_journal_error_for_every_store_call(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0)
+    code = f"""
+from rulvar_otel.engine import JournalEntry, JournalError, JsonlJournalStore
+store = JsonlJournalStore({str(locked)!r})
+entry = JournalEntry(seq=0, kind="segment", ts="2026-01-01T00:00:00.000Z")
+for name, call in (("exists", lambda: store.exists("r")), ("load", lambda: store.load("r")),
+                   ("append", lambda: store.append("r", entry)), ("runs", store.runs)):
+    try:
+        call()
+    except JournalError as exc:
+        print(name, "JournalError", "Permission denied" in str(exc))
+"""
+    result = _unprivileged(["-c", code])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:4] == [
+        "exists JournalError True",
+        "load JournalError True",
+        "append JournalError True",
+        "runs JournalError True",
+    ]

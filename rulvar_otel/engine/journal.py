@@ -158,11 +158,12 @@ class JsonlJournalStore:
 
     def runs(self) -> list[str]:
         try:
-            if not self.directory.is_dir():
-                return []
-            return sorted(p.stem for p in self.directory.glob("*.jsonl"))
+            names = [entry.name for entry in self.directory.iterdir()]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
         except OSError as exc:
             raise JournalError(f"cannot list journals in {self.directory}: {exc.strerror}") from exc
+        return sorted(name[: -len(".jsonl")] for name in names if name.endswith(".jsonl") and name[0] != ".")
 
 
 def _describe(exc: Exception) -> str:
