@@ -30,7 +30,7 @@ from rulvar_otel.engine import determinism
 from rulvar_otel.engine.budget import BudgetAccount
 from rulvar_otel.engine.cost import Slice
 from rulvar_otel.engine.journal import JournalKind
-from rulvar_otel.engine.model import ModelRequest, ModelTurn, add_usage, usage_dict
+from rulvar_otel.engine.model import ModelAdapter, ModelRequest, ModelTurn, add_usage, usage_dict
 from rulvar_otel.engine.provider_metrics import NO_TIMER, RequestTimer
 from rulvar_otel.engine.scope import AgentAbortError
 from rulvar_otel.errors import (
@@ -248,6 +248,28 @@ class Conversation:
             turn=self.turns - 1,
             on_delta=self._stream_delta if self.options.stream else None,
         )
+        turn, wires = await self._send(invocation, model_ref, adapter, request)
+        cost = run.engine.pricing.usd(model_ref, turn.usage)
+        data = {
+            "turn": turn.to_json(),
+            "role": invocation.role,
+            "model": model_ref,
+            "costUsd": cost,
+            "wireRequests": wires,
+        }
+        run.journal.append(JournalKind.TURN, key, data)
+        self._account(invocation, turn.usage, cost)
+        return turn
+
+    async def _send(
+        self, invocation: Invocation, model_ref: str, adapter: ModelAdapter, request: ModelRequest
+    ) -> tuple[ModelTurn, int]:
+        """Send one request through the pre-wire limits, retrying retryable wire errors.
+
+        Returns the turn and how many provider requests it took; a refusal or a final failure
+        raises AgentAbortError after announcing it (``agent:error``).
+        """
+        run = self.run
         failures = 0
         wires = 0
         while True:
@@ -279,8 +301,6 @@ class Conversation:
             except asyncio.CancelledError:
                 request_timer.failed("cancelled")
                 raise
-            except AgentAbortError:
-                raise
             except Exception as exc:
                 request_timer.failed(type(exc).__name__)
                 wrapped = AdapterError(
@@ -292,18 +312,7 @@ class Conversation:
                 if run.exposure is not None:
                     run.exposure.release(estimate)
             request_timer.answered(turn.usage)
-            break
-        cost = run.engine.pricing.usd(model_ref, turn.usage)
-        data = {
-            "turn": turn.to_json(),
-            "role": invocation.role,
-            "model": model_ref,
-            "costUsd": cost,
-            "wireRequests": wires,
-        }
-        run.journal.append(JournalKind.TURN, key, data)
-        self._account(invocation, turn.usage, cost)
-        return turn
+            return turn, wires
 
     def _request_timer(self, model_ref: str) -> RequestTimer:
         metrics = self.run.engine.provider_metrics
