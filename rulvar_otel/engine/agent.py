@@ -32,6 +32,7 @@ from rulvar_otel.engine import determinism
 from rulvar_otel.engine.context import AgentOptions
 from rulvar_otel.engine.cost import UNJOURNALED_ORDER, AgentRecord, Slice
 from rulvar_otel.engine.journal import JournalEntry, JournalKind
+from rulvar_otel.engine.limits import ConcurrencyGate
 from rulvar_otel.engine.model import ModelRequest, TokenCounter, usage_dict, wire_error
 from rulvar_otel.engine.run import RunStatus
 from rulvar_otel.engine.scope import AgentAbortError, ReplayedCancellation, RunSuspended, Scope
@@ -137,50 +138,68 @@ class AgentDispatch:
         run.agents_spawned += 1
         self.span = run.mint_span()
         gate = run.engine.concurrency
-        held = False
-        cut_in_queue: asyncio.CancelledError | None = None
-        if gate is not None:
-            held = gate.try_acquire()
-            if not held:
-                self.emit(AgentQueued)
-                try:
-                    await gate.wait()
-                    held = True
-                except asyncio.CancelledError as exc:
-                    # Still one start/end pair: the dispatch settles cancelled before any work.
-                    cut_in_queue = exc
+        held, cut_in_queue = await self._take_slot(gate)
         self.emit(AgentStart, model=self.models.loop, role=self.options.role)
-        status = RunStatus.ERROR
-        value: Any = None
-        error: dict[str, Any] | None = None
-        failure: BaseException | None = None
-        cut = False
         try:
-            if cut_in_queue is not None:
-                raise cut_in_queue
-            value = await self.conversation.run_to_answer(self.prompt)
-            status = RunStatus.OK
-        except (asyncio.CancelledError, RunSuspended) as exc:
-            status, cut, failure = RunStatus.CANCELLED, True, exc
-        except AgentAbortError as exc:
-            error, cut, failure = exc.cause.to_wire(), True, exc.cause
-        except (WorkflowError, ConfigError) as exc:
-            wire = exc.to_wire() if isinstance(exc, WorkflowError) else wire_error("config", str(exc))
-            error, cut, failure = wire, True, exc
-        except Exception as exc:  # noqa: BLE001 - an unexpected failure still settles the agent
-            error, cut, failure = wire_error("error", describe_failure(exc)), True, exc
+            status, value, error, failure = await self._converse(cut_in_queue)
         finally:
             if held and gate is not None:
                 gate.release()
         conversation = self.conversation
         # Usage is approximate only when a wire call was cut; a pre-wire refusal billed nothing.
         approx = (
-            cut and cut_in_queue is None and (status == RunStatus.CANCELLED or conversation.wire_requests > 0)
+            failure is not None
+            and cut_in_queue is None
+            and (status == RunStatus.CANCELLED or conversation.wire_requests > 0)
         )
         conversation.close_open_invocations()
         run.budget.release(reserve)
+        self._end(status, value, error, approx)
+        if failure is not None:
+            raise failure
+        return value
+
+    async def _take_slot(self, gate: ConcurrencyGate | None) -> tuple[bool, asyncio.CancelledError | None]:
+        """Take a live-dispatch slot (announcing ``agent:queued`` when it must wait).
+
+        A cancellation while queued is returned, not raised: the dispatch still gets its one
+        start/end pair and settles cancelled before any work.
+        """
+        if gate is None:
+            return False, None
+        if gate.try_acquire():
+            return True, None
+        self.emit(AgentQueued)
+        try:
+            await gate.wait()
+        except asyncio.CancelledError as exc:
+            return False, exc
+        return True, None
+
+    async def _converse(
+        self, cut_in_queue: asyncio.CancelledError | None
+    ) -> tuple[RunStatus, Any, dict[str, Any] | None, BaseException | None]:
+        """Run the conversation; returns (status, value, wire error, the failure to raise)."""
+        try:
+            if cut_in_queue is not None:
+                raise cut_in_queue
+            return RunStatus.OK, await self.conversation.run_to_answer(self.prompt), None, None
+        except (asyncio.CancelledError, RunSuspended) as exc:
+            return RunStatus.CANCELLED, None, None, exc
+        except AgentAbortError as exc:
+            return RunStatus.ERROR, None, exc.cause.to_wire(), exc.cause
+        except WorkflowError as exc:
+            return RunStatus.ERROR, None, exc.to_wire(), exc
+        except ConfigError as exc:
+            return RunStatus.ERROR, None, wire_error("config", str(exc)), exc
+        except Exception as exc:  # noqa: BLE001 - an unexpected failure still settles the agent
+            return RunStatus.ERROR, None, wire_error("error", describe_failure(exc)), exc
+
+    def _end(self, status: RunStatus, value: Any, error: dict[str, Any] | None, approx: bool) -> None:
+        """Journal the terminal, book the cost record, emit ``agent:end``."""
+        conversation = self.conversation
         entry_ref = self._journal_terminal(status, value, error, approx)
-        run.records.append(
+        self.run.records.append(
             AgentRecord(
                 self.options.agent_type,
                 self.scope.phase,
@@ -204,9 +223,6 @@ class AgentDispatch:
             usage_approx=True if approx else None,
             quota_denials=conversation.denials.to_wire(),
         )
-        if failure is not None:
-            raise failure
-        return value
 
     def _journal_terminal(
         self, status: RunStatus, value: Any, error: dict[str, Any] | None, approx: bool
