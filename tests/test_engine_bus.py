@@ -213,3 +213,24 @@ async def test_determinism_exempts_libraries_reports_once_and_honours_the_allowl
     quiet = engine(determinism_mode="off").run(library_clock, {})
     await quiet.result
     assert not [e async for e in quiet.events if e.type == "determinism:warning"]
+
+
+async def test_an_engine_fault_during_settlement_still_ends_the_stream_and_rejects_the_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rulvar_otel.engine.run import RunSegment
+    from rulvar_otel.errors import RunRejectedError
+
+    def broken_settle(self: RunSegment, *args: Any) -> None:
+        raise RuntimeError("settlement bug")
+
+    monkeypatch.setattr(RunSegment, "_settle", broken_settle)
+    handle = engine().run(two_agents, {})
+    events = await asyncio.wait_for(_collect(handle), timeout=5)
+    assert events[0].type == "run:start"
+    with pytest.raises(RunRejectedError, match="without settling"):
+        await handle.result
+
+
+async def _collect(handle: Any) -> list[Any]:
+    return [e async for e in handle.events]
