@@ -48,6 +48,8 @@ def test_agent_options_are_frozen_validated_and_overridable_by_name() -> None:
     assert isinstance(base.tools, tuple) and isinstance(base.tools[0], Tool)
     with pytest.raises(AttributeError):
         base.role = "plan"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        base.tool_caps["lookup"] = 5  # type: ignore[index]
     derived = base.with_overrides({"role": "plan", "label": "r1"})
     assert (derived.role, derived.label, derived.agent_type) == ("plan", "r1", "reader")
     assert base.role == "loop"

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from rulvar_otel.core.events import ChildEnd, ChildStart, ExternalWaiting, Log, PhaseStart, SpawnAdmitted
@@ -71,7 +72,7 @@ class AgentOptions:
     def __post_init__(self) -> None:
         # Frozen copies, so one options object can be shared by many dispatches.
         object.__setattr__(self, "tools", tuple(self.tools))
-        object.__setattr__(self, "tool_caps", dict(self.tool_caps or {}))
+        object.__setattr__(self, "tool_caps", MappingProxyType(dict(self.tool_caps or {})))
         names = [t.name for t in self.tools]
         if len(set(names)) != len(names):
             raise ConfigError(f"agent {self.label or self.agent_type!r}: two tools share a name")
