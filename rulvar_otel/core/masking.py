@@ -37,6 +37,8 @@ __all__ = [
     "default_masker",
     "map_strings",
     "mask_secrets",
+    "redact_url",
+    "redact_userinfo",
     "mask_secrets_deep",
     "sanitize_and_mask",
     "sanitize_terminal_text",
@@ -135,10 +137,15 @@ class SecretMasker:
     # --- the two operations -----------------------------------------------------------------
 
     def clean(self, text: str) -> str:
-        """Sanitize, then mask: the form of ``text`` every output (export, terminal, log) uses."""
-        if text.isprintable():
-            return self.mask(text)
-        return self.mask(sanitize_terminal_text(text))
+        """Sanitize, then mask: the form of ``text`` every output (export, terminal, log) uses.
+
+        URL userinfo (``http://user:pass@host``) is redacted too.
+        """
+        if not text.isprintable():
+            text = sanitize_terminal_text(text)
+        if "://" in text:
+            text = redact_userinfo(text)
+        return self.mask(text)
 
     mask_flat = clean
 
@@ -413,6 +420,24 @@ def mask_secrets_deep(value: _T) -> _T:
 def sanitize_and_mask(text: str, masker: SecretMasker | None = None) -> str:
     """Sanitize, then mask (``masker`` or the default set): the form every output uses."""
     return (masker or _DEFAULT).clean(text)
+
+
+# A URL's userinfo: scheme, "://", then everything up to "@" that cannot be part of a host.
+# Both runs are bounded, so each start costs a bounded scan: linear in the text.
+_USERINFO: Final = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]{0,31}://)[^/?#\s@\[\]]{1,512}@")
+REDACTED_USERINFO: Final = "[redacted]"
+
+
+def redact_userinfo(text: str) -> str:
+    """Replace the userinfo of every URL in ``text`` (``user:pass@``) with ``[redacted]@``."""
+    if "://" not in text:
+        return text
+    return _USERINFO.sub(rf"\1{REDACTED_USERINFO}@", text)
+
+
+def redact_url(url: str, masker: SecretMasker | None = None) -> str:
+    """An endpoint as it may be printed: userinfo redacted, then sanitized and masked."""
+    return (masker or _DEFAULT).clean(redact_userinfo(url))
 
 
 def map_strings(value: _T, fn: Callable[[str], str]) -> _T:

@@ -1,0 +1,106 @@
+"""Library log records on the terminal: sanitized, masked and bounded like everything else.
+
+OpenTelemetry, gRPC and httpx log through :mod:`logging`; their text can quote a malformed header
+(key and escape bytes included), an endpoint with credentials or a server's answer. A process that
+prints them (the CLI) installs :func:`masked_logging`: one handler on the root logger whose filter
+rewrites each record to one line, cleaned by the active :class:`SecretMasker`, and also guards the
+root's existing handlers. :func:`set_log_masker` swaps the masker once a command has compiled its
+own (host patterns included).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Final, TextIO
+
+from rulvar_otel.core.masking import SecretMasker, default_masker
+
+__all__ = ["LOG_MESSAGE_LIMIT", "MaskingLogFilter", "masked_logging", "set_log_masker"]
+
+# A record longer than this is cut (a 200 MB value must not become 200 MB of stderr).
+LOG_MESSAGE_LIMIT: Final = 2000
+
+_ACTIVE: list[MaskingLogFilter] = []
+
+
+class MaskingLogFilter(logging.Filter):
+    """Rewrites a record's message (arguments, exception and stack text folded in) to one
+    cleaned, bounded line. Never drops a record and never raises."""
+
+    def __init__(self, masker: SecretMasker | None = None, limit: int = LOG_MESSAGE_LIMIT) -> None:
+        super().__init__()
+        self.masker = masker or default_masker()
+        self.limit = limit
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a record whose arguments do not format
+            message = f"{record.msg!s} (unformattable arguments)"
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            message = f"{message} ({type(exc).__name__}: {exc})"
+        elif record.exc_text:
+            message = f"{message} ({record.exc_text})"
+        clean = self.masker.clean(message)
+        if len(clean) > self.limit:
+            clean = clean[: self.limit] + f"... ({len(clean) - self.limit} more characters)"
+        record.msg = clean
+        record.args = None
+        # Tracebacks and stacks carry values too: their text is folded (cleaned) into the message.
+        record.exc_info = None
+        record.exc_text = None
+        record.stack_info = None
+        return True
+
+
+class _StreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler that writes to ``sys.stderr`` as it is at each record when no stream is
+    given (a test harness swaps it)."""
+
+    def __init__(self, stream: TextIO | None) -> None:
+        super().__init__(stream)
+        self._fixed = stream
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = self._fixed if self._fixed is not None else sys.stderr
+        super().emit(record)
+
+
+def set_log_masker(masker: SecretMasker) -> None:
+    """Use ``masker`` (e.g. with host patterns) in every installed :class:`MaskingLogFilter`."""
+    for log_filter in _ACTIVE:
+        log_filter.masker = masker
+
+
+@contextmanager
+def masked_logging(
+    masker: SecretMasker | None = None, stream: TextIO | None = None, level: int = logging.WARNING
+) -> Iterator[MaskingLogFilter]:
+    """Route every log record that reaches the root logger through one masking filter.
+
+    Adds a handler writing ``rulvar-otel: <logger>: <message>`` lines to ``stream`` (stderr by
+    default) at ``level`` and up, and puts the filter on the root's existing handlers too; all of
+    it is undone on exit.
+    """
+    log_filter = MaskingLogFilter(masker)
+    handler = _StreamHandler(stream)
+    handler.setLevel(level)
+    handler.setFormatter(logging.Formatter("rulvar-otel: %(name)s: %(message)s"))
+    handler.addFilter(log_filter)
+    root = logging.getLogger()
+    existing = list(root.handlers)
+    for other in existing:
+        other.addFilter(log_filter)
+    root.addHandler(handler)
+    _ACTIVE.append(log_filter)
+    try:
+        yield log_filter
+    finally:
+        _ACTIVE.remove(log_filter)
+        root.removeHandler(handler)
+        for other in existing:
+            other.removeFilter(log_filter)
