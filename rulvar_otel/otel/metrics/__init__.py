@@ -207,7 +207,7 @@ class _Folder:
             if isinstance(value, bool):
                 clean[key] = value
             elif isinstance(value, str):
-                clean[key] = self.masker.mask(value)[:_MAX_ATTRIBUTE_CHARS]
+                clean[key] = self.masker.clean(value)[:_MAX_ATTRIBUTE_CHARS]
         # A counter slot per cached tuple: an int hashes in no time, and two raw tuples that mask
         # to the same attributes just make two adds the SDK sums.
         resolved = (next(self.slots), clean)
