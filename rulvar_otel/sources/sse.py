@@ -129,7 +129,7 @@ def _error_detail(response: httpx.Response) -> str:
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         code = body["error"].get("code")
         if isinstance(code, str):
-            return f" (code {sanitize_terminal_text(default_masker().mask(code))[:80]})"
+            return f" (code {default_masker().clean(code)[:80]})"
     return ""
 
 
@@ -281,7 +281,7 @@ class ServerRunHandle:
         return httpx.AsyncClient(base_url=self._server, timeout=timeout, transport=self._transport)
 
     def _note(self, kind: NoteKind, raw: str, **extra: int | None) -> SseNote:
-        text = sanitize_terminal_text(self._masker.mask(raw.strip()))[:_NOTE_LIMIT]
+        text = self._masker.clean(raw.strip())[:_NOTE_LIMIT]
         note = SseNote(kind, text, self.stats.last_seq, **extra)
         if len(self.stats.notes) < _MAX_NOTES:
             self.stats.notes.append(note)
