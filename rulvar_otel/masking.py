@@ -12,7 +12,12 @@ backreferences or lookaround); a pattern that is refused raises :class:`~rulvar_
     masker.clean("login password=hunter2\\x1b[2J")   # 'login [masked-secret] '
 """
 
-from rulvar_otel.core.log_masking import MaskingLogFilter, masked_logging, set_log_masker
+from rulvar_otel.core.log_masking import (
+    MaskingLogFilter,
+    masked_logging,
+    output_masker,
+    set_output_masker,
+)
 from rulvar_otel.core.masking import (
     DEFAULT_SECRET_PATTERNS,
     MASKED_SECRET,
@@ -42,6 +47,7 @@ __all__ = [
     "redact_url",
     "redact_userinfo",
     "sanitize_and_mask",
+    "output_masker",
     "sanitize_terminal_text",
-    "set_log_masker",
+    "set_output_masker",
 ]

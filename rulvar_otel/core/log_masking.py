@@ -3,9 +3,9 @@
 OpenTelemetry, gRPC and httpx log through :mod:`logging`; their text can quote a malformed header
 (key and escape bytes included), an endpoint with credentials or a server's answer. A process that
 prints them (the CLI) installs :func:`masked_logging`: one handler on the root logger whose filter
-rewrites each record to one line, cleaned by the active :class:`SecretMasker`, and also guards the
-root's existing handlers. :func:`set_log_masker` swaps the masker once a command has compiled its
-own (host patterns included).
+rewrites each record to one line, cleaned by the process's output masker, and also guards the
+root's existing handlers. :func:`set_output_masker` makes a command's own masker (host patterns
+included) the one every printed line uses; :func:`output_masker` reads it.
 """
 
 from __future__ import annotations
@@ -18,21 +18,41 @@ from typing import Final, TextIO
 
 from rulvar_otel.core.masking import SecretMasker, default_masker
 
-__all__ = ["LOG_MESSAGE_LIMIT", "MaskingLogFilter", "masked_logging", "set_log_masker"]
+__all__ = [
+    "LOG_MESSAGE_LIMIT",
+    "MaskingLogFilter",
+    "masked_logging",
+    "output_masker",
+    "set_output_masker",
+]
 
 # A record longer than this is cut (a 200 MB value must not become 200 MB of stderr).
 LOG_MESSAGE_LIMIT: Final = 2000
 
-_ACTIVE: list[MaskingLogFilter] = []
+_output_masker: SecretMasker | None = None
+
+
+def output_masker() -> SecretMasker:
+    """The masker for text this process prints: the last one set, else the default set."""
+    return _output_masker if _output_masker is not None else default_masker()
+
+
+def set_output_masker(masker: SecretMasker | None) -> None:
+    """Make ``masker`` (``None``: the default set) the one printed lines and log records use."""
+    global _output_masker
+    _output_masker = masker
 
 
 class MaskingLogFilter(logging.Filter):
     """Rewrites a record's message (arguments, exception and stack text folded in) to one
-    cleaned, bounded line. Never drops a record and never raises."""
+    cleaned, bounded line. Never drops a record and never raises.
+
+    Without a ``masker`` it uses :func:`output_masker` at each record.
+    """
 
     def __init__(self, masker: SecretMasker | None = None, limit: int = LOG_MESSAGE_LIMIT) -> None:
         super().__init__()
-        self.masker = masker or default_masker()
+        self.masker = masker
         self.limit = limit
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -45,7 +65,7 @@ class MaskingLogFilter(logging.Filter):
             message = f"{message} ({type(exc).__name__}: {exc})"
         elif record.exc_text:
             message = f"{message} ({record.exc_text})"
-        clean = self.masker.clean(message)
+        clean = (self.masker or output_masker()).clean(message)
         if len(clean) > self.limit:
             clean = clean[: self.limit] + f"... ({len(clean) - self.limit} more characters)"
         record.msg = clean
@@ -70,12 +90,6 @@ class _StreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
         super().emit(record)
 
 
-def set_log_masker(masker: SecretMasker) -> None:
-    """Use ``masker`` (e.g. with host patterns) in every installed :class:`MaskingLogFilter`."""
-    for log_filter in _ACTIVE:
-        log_filter.masker = masker
-
-
 @contextmanager
 def masked_logging(
     masker: SecretMasker | None = None, stream: TextIO | None = None, level: int = logging.WARNING
@@ -84,7 +98,7 @@ def masked_logging(
 
     Adds a handler writing ``rulvar-otel: <logger>: <message>`` lines to ``stream`` (stderr by
     default) at ``level`` and up, and puts the filter on the root's existing handlers too; all of
-    it is undone on exit.
+    it is undone on exit. ``masker`` defaults to :func:`output_masker`, read at each record.
     """
     log_filter = MaskingLogFilter(masker)
     handler = _StreamHandler(stream)
@@ -96,11 +110,9 @@ def masked_logging(
     for other in existing:
         other.addFilter(log_filter)
     root.addHandler(handler)
-    _ACTIVE.append(log_filter)
     try:
         yield log_filter
     finally:
-        _ACTIVE.remove(log_filter)
         root.removeHandler(handler)
         for other in existing:
             other.removeFilter(log_filter)
