@@ -18,7 +18,6 @@ masked whole. Masking is therefore bounded for every input and every accepted pa
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
@@ -26,6 +25,13 @@ import re2
 from re2 import _re2  # type: ignore[attr-defined]  # the engine itself: spans without Match objects
 
 from rulvar_otel.core._pattern_dialect import PatternDialectError, translate
+from rulvar_otel.core._text_views import (
+    CONTROL_VIEWS,
+    ESCAPE_VIEWS,
+    map_back,
+    sanitize_terminal_text,
+    view,
+)
 from rulvar_otel.errors import ConfigError
 
 __all__ = [
@@ -142,7 +148,9 @@ class SecretMasker:
         URL userinfo (``http://user:pass@host``) is redacted too.
         """
         if not text.isprintable():
-            text = sanitize_terminal_text(text)
+            # Masked before sanitizing too: a sequence can swallow a key's first character
+            # ("\x9b ghp_..." is CSI "\x9b g"), leaving the rest on screen.
+            text = sanitize_terminal_text(self.mask(text))
         if "://" in text:
             text = redact_userinfo(text)
         return self.mask(text)
@@ -181,22 +189,28 @@ class SecretMasker:
         spans = self._spans(data)
         if spans is None:
             return MASKED_SECRET
-        if text.isprintable():
-            return _replace(data, spans) if spans else text
-        # Also search what a reader sees: controls as spaces, invisible characters gone.
-        view, table = _sanitized_view(text)
-        view_data = view.encode("utf-8", "surrogatepass")
-        view_spans = self._spans(view_data)
-        if view_spans is None:
-            return MASKED_SECRET
-        if not view_spans:
+        views = CONTROL_VIEWS if not text.isprintable() else ()
+        if "\\" in text:
+            views += ESCAPE_VIEWS
+        extra: list[tuple[int, int]] = []
+        for steps in views:
+            shown = view(text, steps)
+            shown_data = shown.encode("utf-8", "surrogatepass")
+            shown_spans = self._spans(shown_data)
+            if shown_spans is None:
+                return MASKED_SECRET
+            if not shown_spans:
+                continue
+            if len(shown_data) != len(shown):
+                shown_spans = _byte_to_char_spans(shown_data, shown_spans)
+            mapped = map_back(text, steps, shown_spans)
+            if mapped is None:
+                return MASKED_SECRET
+            extra.extend(mapped)
+        if not extra:
             return _replace(data, spans) if spans else text
         char_spans = _byte_to_char_spans(data, spans) if len(data) != len(text) else spans
-        if len(view_data) != len(view):
-            view_spans = _byte_to_char_spans(view_data, view_spans)
-        starts = [row[0] for row in table]
-        char_spans.extend(_map_view_span(table, starts, start, end) for start, end in view_spans)
-        char_spans = _merge(char_spans)
+        char_spans = _merge(char_spans + extra)
         pieces: list[str] = []
         last = 0
         for start, end in char_spans:
@@ -253,87 +267,6 @@ def _byte_to_char_spans(data: bytes, spans: list[tuple[int, int]]) -> list[tuple
         chars[offset] = last_char
         last_byte = offset
     return [(chars[start], chars[end]) for start, end in spans]
-
-
-# --- terminal sanitizing ------------------------------------------------------------------------
-
-# ESC-initiated sequences: CSI (ESC [ ... final), OSC/DCS/SOS/PM/APC (ESC ] P X ^ _ ... ST or BEL),
-# other two-byte escapes; their 8-bit C1 forms; bare C0/DEL/C1 controls; line and paragraph
-# separators. Each alternative starts with its own lead character and nothing follows the loop,
-# so the scan never backtracks: linear in the text.
-_CONTROL: Final = (
-    r"\x1b\[[0-?]*[ -/]*[@-~]?"
-    r"|\x1b[\]PX^_][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
-    r"|\x9b[0-?]*[ -/]*[@-~]?"
-    r"|[\x90\x98\x9d\x9e\x9f][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
-    r"|\x1b[ -/]*[0-~]?"
-    r"|[\x00-\x1f\x7f-\x9f\u2028\u2029]"
-)
-# Invisible format characters: bidi embeddings, overrides and isolates, zero-width characters,
-# the soft hyphen, the BOM, interlinear annotations and tag characters (invisible ASCII). They are
-# removed, not replaced, so text split by one reads (and is masked) as it displays.
-_INVISIBLE: Final = (
-    "\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb"
-    "\U000e0001\U000e0020-\U000e007f"
-)
-_HIDDEN_RUN: Final = re.compile(f"(?:{_CONTROL}|[{_INVISIBLE}])+")
-_ONLY_INVISIBLE: Final = re.compile(f"[{_INVISIBLE}]+")
-_SURROGATE: Final = re.compile("[\ud800-\udfff]")
-
-
-def _run_replacement(run: str) -> str:
-    return "" if _ONLY_INVISIBLE.fullmatch(run) else " "
-
-
-def sanitize_terminal_text(text: str) -> str:
-    """Make an untrusted value safe to print on a terminal or export as one line.
-
-    The result has no C0 control, DEL, C1 character, ESC-initiated sequence, line or paragraph
-    separator (each run of those becomes one space), no bidi control or other invisible format
-    character (removed), and no lone surrogate (U+FFFD instead).
-    """
-    if text.isprintable():
-        return text
-    out = _HIDDEN_RUN.sub(lambda m: _run_replacement(m.group()), text)
-    return _SURROGATE.sub("\ufffd", out)
-
-
-def _sanitized_view(text: str) -> tuple[str, list[tuple[int, int, int, bool]]]:
-    """The sanitized text plus a table of pieces: (view start, text start, text end, is a run)."""
-    pieces: list[str] = []
-    table: list[tuple[int, int, int, bool]] = []
-    view_pos = last = 0
-    for match in _HIDDEN_RUN.finditer(text):
-        start, end = match.span()
-        if start > last:
-            table.append((view_pos, last, start, False))
-            pieces.append(text[last:start])
-            view_pos += start - last
-        replacement = _run_replacement(match.group())
-        if replacement:
-            table.append((view_pos, start, end, True))
-            pieces.append(replacement)
-            view_pos += 1
-        last = end
-    if last < len(text):
-        table.append((view_pos, last, len(text), False))
-        pieces.append(text[last:])
-    return _SURROGATE.sub("\ufffd", "".join(pieces)), table
-
-
-def _map_view_span(
-    table: list[tuple[int, int, int, bool]], starts: list[int], start: int, end: int
-) -> tuple[int, int]:
-    """A span of the sanitized view as a span of the text (a run is taken whole)."""
-
-    def locate(pos: int) -> tuple[int, int, int, bool]:
-        return table[max(bisect_right(starts, pos) - 1, 0)]
-
-    view_start, text_start, _, is_run = locate(start)
-    mapped_start = text_start if is_run else text_start + (start - view_start)
-    view_start, text_start, text_end, is_run = locate(end - 1)
-    mapped_end = text_end if is_run else text_start + (end - 1 - view_start) + 1
-    return mapped_start, mapped_end
 
 
 # --- compiling ----------------------------------------------------------------------------------
