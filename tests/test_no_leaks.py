@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -318,3 +321,43 @@ def test_metric_labels_and_prometheus_scrape(hostile: Path) -> None:
     _assert_clean("metric labels", "\n".join(labels))
     assert "[masked-secret]" in scrape
     _assert_clean("Prometheus /metrics", scrape)
+
+
+# --- text that reaches the terminal from elsewhere --------------------------------------------
+
+
+def test_library_log_records_and_endpoint_userinfo_reach_stderr_masked(tmp_path: Path) -> None:
+    stream = tmp_path / "s.jsonl"
+    stream.write_text(_jsonl(_hostile_stream("plain")), encoding="utf-8")
+    with HttpTraceReceiver() as receiver:
+        endpoint = receiver.endpoint.replace("://", "://admin:pa55w0rd@")
+        env = {
+            **os.environ,
+            # OpenTelemetry's own logger warns about this entry and quotes it (key and ESC bytes).
+            "OTEL_EXPORTER_OTLP_HEADERS": f"\x1b[31m{PLANT}\x1b[0m,x-ok=1",
+        }
+        code = "import sys; from rulvar_otel.cli import main; sys.argv[0] = 'rulvar-otel'; main()"
+        args = [
+            "export",
+            str(stream),
+            "--endpoint",
+            endpoint,
+            "--protocol",
+            "http/protobuf",
+            "--progress",
+            "off",
+        ]
+        done = subprocess.run(
+            [sys.executable, "-c", code, *args, *_pattern_args()],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+        assert receiver.requests
+    assert done.returncode == 0, done.stderr
+    assert "opentelemetry" in done.stderr, done.stderr  # the library did log, through the filter
+    assert "http://[redacted]@127.0.0.1" in done.stderr  # the endpoint is printed, redacted
+    assert "pa55w0rd" not in done.stderr and "admin:" not in done.stderr
+    _assert_clean("CLI stderr", done.stderr)
