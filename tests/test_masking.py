@@ -328,3 +328,16 @@ def test_a_record_with_unformattable_arguments_is_kept() -> None:
     record = logging.LogRecord("x", logging.WARNING, __file__, 1, "%d items", ("many",), None)
     assert MaskingLogFilter().filter(record)
     assert "unformattable" in record.getMessage()
+
+
+def test_a_repeated_log_line_is_shown_once_and_summarised() -> None:
+    stream = io.StringIO()
+    logger = logging.getLogger("rulvar_otel.tests.masking")
+    with masked_logging(stream=stream):
+        for _ in range(50):
+            logger.warning("Queue full, dropping %s", f"\x1b[2J{KEY}")
+        logger.warning("another")
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 3
+    assert lines[0].endswith(f"Queue full, dropping  {MASKED_SECRET}")
+    assert lines[2].endswith("(repeated 49 more times)") and "Planted7" not in stream.getvalue()

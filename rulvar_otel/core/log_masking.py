@@ -20,6 +20,7 @@ from rulvar_otel.core.masking import SecretMasker, default_masker
 
 __all__ = [
     "LOG_MESSAGE_LIMIT",
+    "LOG_REPEAT_LIMIT",
     "MaskingLogFilter",
     "masked_logging",
     "output_masker",
@@ -28,6 +29,9 @@ __all__ = [
 
 # A record longer than this is cut (a 200 MB value must not become 200 MB of stderr).
 LOG_MESSAGE_LIMIT: Final = 2000
+# The same line is shown this many times; later copies are counted and summarised at the end.
+LOG_REPEAT_LIMIT: Final = 1
+_DISTINCT_LIMIT: Final = 1024
 
 _output_masker: SecretMasker | None = None
 
@@ -45,17 +49,38 @@ def set_output_masker(masker: SecretMasker | None) -> None:
 
 class MaskingLogFilter(logging.Filter):
     """Rewrites a record's message (arguments, exception and stack text folded in) to one
-    cleaned, bounded line. Never drops a record and never raises.
+    cleaned, bounded line, and never raises. A line repeated more than ``repeats`` times is
+    counted instead of shown (:meth:`suppressed` lists the counts).
 
     Without a ``masker`` it uses :func:`output_masker` at each record.
     """
 
-    def __init__(self, masker: SecretMasker | None = None, limit: int = LOG_MESSAGE_LIMIT) -> None:
+    def __init__(
+        self,
+        masker: SecretMasker | None = None,
+        limit: int = LOG_MESSAGE_LIMIT,
+        repeats: int = LOG_REPEAT_LIMIT,
+    ) -> None:
         super().__init__()
         self.masker = masker
         self.limit = limit
+        self.repeats = repeats
+        self._seen: dict[str, int] = {}
+
+    def suppressed(self) -> dict[str, int]:
+        """Lines held back as repeats, with how many copies were not shown."""
+        return {line: count - self.repeats for line, count in self._seen.items() if count > self.repeats}
 
     def filter(self, record: logging.LogRecord) -> bool:
+        # One record passes every handler the filter guards: decide (and count) it once.
+        decided = getattr(record, "_rulvar_otel_shown", None)
+        if isinstance(decided, bool):
+            return decided
+        shown = self._rewrite(record)
+        record._rulvar_otel_shown = shown
+        return shown
+
+    def _rewrite(self, record: logging.LogRecord) -> bool:
         try:
             message = record.getMessage()
         except Exception:  # noqa: BLE001 - a record whose arguments do not format
@@ -74,7 +99,12 @@ class MaskingLogFilter(logging.Filter):
         record.exc_info = None
         record.exc_text = None
         record.stack_info = None
-        return True
+        key = f"{record.name}: {clean}"
+        count = self._seen.get(key, 0) + 1
+        if count == 1 and len(self._seen) >= _DISTINCT_LIMIT:
+            return True  # too many distinct lines to track: show it
+        self._seen[key] = count
+        return count <= self.repeats
 
 
 class _StreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -113,6 +143,13 @@ def masked_logging(
     try:
         yield log_filter
     finally:
+        for line, count in log_filter.suppressed().items():
+            handler.stream = stream if stream is not None else sys.stderr
+            try:
+                handler.stream.write(f"rulvar-otel: {line} (repeated {count} more times)\n")
+                handler.flush()
+            except (OSError, ValueError):
+                pass
         root.removeHandler(handler)
         for other in existing:
             other.removeFilter(log_filter)
