@@ -6,6 +6,7 @@ import io
 import logging
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -341,3 +342,43 @@ def test_a_repeated_log_line_is_shown_once_and_summarised() -> None:
     assert len(lines) == 3
     assert lines[0].endswith(f"Queue full, dropping  {MASKED_SECRET}")
     assert lines[2].endswith("(repeated 49 more times)") and "Planted7" not in stream.getvalue()
+
+
+# --- the CLI -------------------------------------------------------------------------------------
+
+
+def _cli_export(tmp_path: Path, *patterns: str) -> tuple[int, str]:
+    from typer.testing import CliRunner
+
+    from rulvar_otel.cli import app
+
+    stream = tmp_path / "s.jsonl"
+    stream.write_text(
+        '{"runId":"r","seq":0,"ts":"2026-01-01T00:00:00Z","spanId":"s0","type":"run:start",'
+        '"workflow":"login PASSWORD=hunter2 prod-db-7"}\n'
+        '{"runId":"r","seq":1,"ts":"2026-01-01T00:00:01Z","spanId":"s0","type":"run:end","status":"ok"}\n',
+        encoding="utf-8",
+    )
+    args = ["export", str(stream), "--out", str(tmp_path / "o.jsonl"), "--tree", "--progress", "lines"]
+    for pattern in patterns:
+        args += ["--pattern", pattern]
+    result = CliRunner().invoke(app, args, catch_exceptions=False)
+    return result.exit_code, result.stdout + result.stderr
+
+
+def test_cli_accepts_inline_flags_and_verbose_patterns(tmp_path: Path) -> None:
+    code, output = _cli_export(tmp_path, r"(?i)password=\S+", r"(?x) (prod|staging) -db- [0-9]+  # db")
+    assert code == 0, output
+    assert "hunter2" not in output and "prod-db-7" not in output and MASKED_SECRET in output
+    assert "hunter2" not in (tmp_path / "o.jsonl").read_text()
+
+
+@pytest.mark.parametrize(
+    ("pattern", "reason"),
+    [(r"(?<=x)y", "lookbehind"), (r"(a)\1", "backreference"), (r"\b", "empty string"), ("(", "not a valid")],
+)
+def test_cli_refuses_a_bad_pattern_with_exit_2(tmp_path: Path, pattern: str, reason: str) -> None:
+    code, output = _cli_export(tmp_path, pattern)
+    assert code == 2
+    assert reason in output and "Traceback" not in output
+    assert not (tmp_path / "o.jsonl").exists()
