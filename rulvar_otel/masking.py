@@ -9,7 +9,7 @@ backreferences or lookaround); a pattern that is refused raises :class:`~rulvar_
     from rulvar_otel.masking import compile_secret_masker
 
     masker = compile_secret_masker([r"(?i)\\bpassword=\\S+", r"tok_[0-9a-f]{32}"])
-    masker.clean("login password=hunter2\\x1b[2J")   # 'login [masked-secret] '
+    masker.clean("login password=hunter2\\x1b[2J")   # 'login [masked-secret]'
 """
 
 from rulvar_otel.core.log_masking import (

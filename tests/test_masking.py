@@ -382,3 +382,26 @@ def test_cli_refuses_a_bad_pattern_with_exit_2(tmp_path: Path, pattern: str, rea
     assert code == 2
     assert reason in output and "Traceback" not in output
     assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_the_examples_in_docs_masking_md_hold() -> None:
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "masking.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", doc, flags=re.S)
+    assert blocks
+    checked = 0
+    for block in blocks:
+        lines = []
+        for line in block.splitlines():
+            expression, _, expected = line.partition("  # ")
+            if expected.startswith("'"):
+                line = f"assert ({expression}) == {expected}, {line!r}"
+                checked += 1
+            lines.append(line)
+        handlers = logging.getLogger().handlers
+        filters = [list(handler.filters) for handler in handlers]
+        try:
+            exec("\n".join(lines), {})
+        finally:  # the logging example installs filters on the root's handlers
+            for handler, kept in zip(handlers, filters, strict=True):
+                handler.filters[:] = kept
+    assert checked >= 1
