@@ -106,9 +106,12 @@ def test_clean_strips_bidi_and_separators_and_keeps_ordinary_text() -> None:
     assert sanitize_and_mask("ok") == "ok"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(
-    st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from(list("\x1b[]\x07\x9b\n\u202e\u200b"))),
+    st.text(
+        alphabet=st.characters(codec="utf-8")
+        | st.sampled_from(list("\x1b[]\x07\x9b\x9c\x9d\x90\x98\x9e\x9fP\n\u202e\u200b\\"))
+    ),
     st.sampled_from(sorted(GLUED)),
     st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from(list("\x1b[\n\u2028"))),
 )

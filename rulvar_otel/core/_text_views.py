@@ -37,7 +37,10 @@ _INVISIBLE: Final = (
 )
 _INVISIBLE_RUN: Final = re.compile(f"[{_INVISIBLE}]+")
 _CONTROL_RUN: Final = re.compile(f"(?:{_CONTROL})+")
-_CONTROL_ONE: Final = re.compile(_CONTROL)
+# One CSI or two-byte escape, or one control character: string payloads (OSC, DCS, ...) stay text.
+_CONTROL_ONE: Final = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]?|\x9b[0-?]*[ -/]*[@-~]?|\x1b[ -/]*[0-~]?|[\x00-\x1f\x7f-\x9f\u2028\u2029]"
+)
 _CONTROL_CHAR: Final = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 # Escapes written out as text: an ESC (with the CSI it starts), a newline, any \xHH or \uHHHH.
 _ESCAPED: Final = re.compile(
