@@ -408,3 +408,20 @@ def test_the_examples_in_docs_masking_md_hold() -> None:
             for handler, kept in zip(handlers, filters, strict=True):
                 handler.filters[:] = kept
     assert checked >= 1
+
+
+@pytest.mark.parametrize(
+    "option",
+    [["--endpoint", "ftp://admin:s3cretpw@collector:4317"], ["--metrics-endpoint", "x://admin:s3cretpw@c"]],
+)
+def test_a_refused_endpoint_is_named_without_its_userinfo(tmp_path: Path, option: list[str]) -> None:
+    from typer.testing import CliRunner
+
+    from rulvar_otel.cli import app
+
+    stream = tmp_path / "s.jsonl"
+    stream.write_text('{"runId":"r","seq":0,"ts":"2026-01-01T00:00:00Z","type":"run:start"}\n')
+    args = ["export", str(stream), *option, "--progress", "off"]
+    result = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 2
+    assert "s3cretpw" not in result.stderr and "[redacted]@" in result.stderr
