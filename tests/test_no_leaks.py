@@ -361,3 +361,23 @@ def test_library_log_records_and_endpoint_userinfo_reach_stderr_masked(tmp_path:
     assert "http://[redacted]@127.0.0.1" in done.stderr  # the endpoint is printed, redacted
     assert "pa55w0rd" not in done.stderr and "admin:" not in done.stderr
     _assert_clean("CLI stderr", done.stderr)
+
+
+@pytest.mark.parametrize(
+    "corrupt",
+    [
+        {"seq": f"x {PLANT}", "kind": "k", "ts": "t"},  # a field of the wrong type: pydantic quotes it
+        {"seq": 1, "kind": {PLANT: 1}, "ts": "t"},
+        f'{{"seq": 1, "kind": "{PLANT}" oops}}',  # not JSON
+    ],
+)
+def test_a_corrupt_journal_line_is_reported_without_its_content(tmp_path: Path, corrupt: Any) -> None:
+    from rulvar_otel.core.engine.journal import JsonlJournalStore
+    from rulvar_otel.errors import SourceError
+
+    good = json.dumps({"seq": 2, "kind": "k", "ts": "t"})
+    line = corrupt if isinstance(corrupt, str) else json.dumps(corrupt)
+    (tmp_path / "run1.jsonl").write_text(f"{line}\n{good}\n", encoding="utf-8")
+    with pytest.raises(SourceError, match=r"run1\.jsonl:1: not a journal entry") as info:
+        JsonlJournalStore(tmp_path).load("run1")
+    assert "Planted7" not in str(info.value) and info.value.__cause__ is None

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rulvar_otel.errors import ConfigError, RunNotFoundError, SourceError
 
@@ -29,6 +29,17 @@ class JournalEntry(BaseModel):
     key: str | None = None
     ts: str
     data: dict[str, Any] = Field(default_factory=dict[str, Any])
+
+
+def _reason(exc: ValueError) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<entry>'}: {err['msg']}"
+            for err in exc.errors(include_url=False, include_input=False)[:3]
+        )
+    if isinstance(exc, orjson.JSONDecodeError):
+        return f"not JSON: {exc.msg} at column {exc.colno}"
+    return type(exc).__name__
 
 
 @runtime_checkable
@@ -108,7 +119,8 @@ class JsonlJournalStore:
             except (orjson.JSONDecodeError, ValueError) as exc:
                 if number == len(lines) or (number == len(lines) - 1 and not lines[-1].strip()):
                     break  # a torn final write
-                raise SourceError(f"{path}:{number}: not a journal entry ({exc})") from exc
+                # Named by position and field only: pydantic's text quotes the input (a secret).
+                raise SourceError(f"{path}:{number}: not a journal entry ({_reason(exc)})") from None
         return entries
 
     def append(self, run_id: str, entry: JournalEntry) -> None:
