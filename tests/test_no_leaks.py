@@ -190,6 +190,7 @@ def _hostile_stream(v: str) -> list[dict[str, Any]]:
             f"\x1b[2J{PLANT}": "k",
             f"\n{PLANT}": 2,
             host: 3,
+            HOST_SECRETS[1]: 5,  # identifier-like, but the host pattern matches it: dropped
         },
         {"spanId": "s0", "type": "custom:thing", "detail": f"{v} {host}", PLANT: "x", f"x\\n{PLANT}": 1},
         {
