@@ -2,12 +2,13 @@
 
 One :class:`SecretMasker` (the default credential set, then host patterns) offers two operations:
 
-- :meth:`SecretMasker.clean` sanitizes, then masks. Every output uses it: exported attributes and
-  names, JSON-valued facts (strings cleaned before encoding), metric labels, terminal views, log
-  records. Sanitizing first matters: a key glued to an escape sequence (``"\\x1b[31msk-..."``) or
-  split by an invisible character (``"sk-\\u200b..."``) is found exactly as a reader would see it.
+- :meth:`SecretMasker.clean` sanitizes, then masks (URL userinfo redacted too). Every output uses
+  it: exported attributes and names, JSON-valued facts (strings cleaned before encoding), metric
+  labels, terminal views, log records. A key glued to an escape sequence (``"\\x1b[31msk-..."``),
+  split by an invisible character (``"sk-\\u200b..."``) or after a written-out ``\\n`` is found
+  as a reader would see it.
 - :meth:`SecretMasker.mask` keeps content byte for byte (journals, event streams) and replaces
-  only what matches, searching both the raw text and its sanitized view.
+  only what matches, searching the raw text and the views of it in :mod:`._text_views`.
 
 Every pattern runs on RE2, compiled and applied on its own; one search is linear in its input.
 Finding every match costs one search per match, so each value has a work budget (bytes handed to
@@ -43,9 +44,9 @@ __all__ = [
     "default_masker",
     "map_strings",
     "mask_secrets",
+    "mask_secrets_deep",
     "redact_url",
     "redact_userinfo",
-    "mask_secrets_deep",
     "sanitize_and_mask",
     "sanitize_terminal_text",
 ]
