@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import logging
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -211,14 +210,14 @@ def test_the_engine_never_prints_on_stderr_for_a_bad_pattern(capfd: pytest.Captu
 
 
 def _bounded(masker: Any, text: str) -> str:
+    """Clean ``text`` and prove the engine's work bounded: counted in bytes, not timed (one RE2
+    search is linear in what it reads; the rest is a fixed number of linear passes)."""
     before = masker.work
-    started = time.perf_counter()
     out = masker.clean(text)
-    elapsed = time.perf_counter() - started
     size = len(text.encode("utf-8", "surrogatepass"))
-    # Work is counted, not timed: the engine read at most the budget (plus one view of the text).
-    assert masker.work - before <= 2 * (WORK_PER_BYTE * size + (1 << 20) + size)
-    assert elapsed < 5.0  # generous; the count above is the real bound
+    # clean() masks the raw text and each of its views, then the sanitized text: at most six
+    # budgets of WORK_PER_BYTE * size + 1 MiB.
+    assert masker.work - before <= 6 * ((WORK_PER_BYTE + 1) * size + (1 << 20))
     return str(out)
 
 
