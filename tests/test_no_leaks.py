@@ -13,6 +13,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -24,6 +26,7 @@ from typer.testing import CliRunner
 from rulvar_otel.cli import app
 from rulvar_otel.cli._inspect import run_inspect
 from rulvar_otel.core.handle import handle_from_events
+from rulvar_otel.core.masking import default_masker
 from rulvar_otel.otel import to_otel
 from rulvar_otel.otel.metrics import MetricsSetup, build_meter_provider
 from tests import _fixtures as fx
@@ -382,3 +385,25 @@ def test_a_corrupt_journal_line_is_reported_without_its_content(tmp_path: Path, 
     with pytest.raises(SourceError, match=r"run1\.jsonl:1: not a journal entry") as info:
         JsonlJournalStore(tmp_path).load("run1")
     assert "Planted7" not in str(info.value) and info.value.__cause__ is None
+
+
+_GLUE = st.sampled_from(["", " ", "\n", "\x1b[31m", "\x9b", "\u202e", "\u200b", "\\n", "\\u001b[2J", "."])
+_PLANTED_TEXT = st.builds(lambda a, b: f"{a}{PLANT}{b}", _GLUE, _GLUE)
+_ANY_TEXT = st.text(max_size=12) | _PLANTED_TEXT
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(_ANY_TEXT, _ANY_TEXT | st.integers() | st.lists(_ANY_TEXT, max_size=3), max_size=6),
+    st.dictionaries(_ANY_TEXT, st.integers() | _ANY_TEXT, max_size=4),
+)
+def test_no_key_survives_attribute_extraction(payload: dict[str, Any], counts: dict[str, Any]) -> None:
+    from rulvar_otel.otel import _attributes as ax
+
+    mask = default_masker().clean
+    event = {"type": "custom:thing", "seq": 1, **payload}
+    closing = {"type": "run:end", "childStatusCounts": counts, "degradedReasons": list(counts)}
+    for attrs in (ax.event_attributes(event, mask), ax.run_close_attributes(closing, mask)):
+        for key, value in attrs.items():
+            assert "Planted7" not in key and "planted7" not in key
+            assert "Planted7" not in str(value)
