@@ -66,9 +66,10 @@ def test_hostile_and_secret_strings_are_masked_and_sanitized(tmp_path: Path) -> 
     assert code == 0 and "\x1b" not in out and "sk-abc" not in out and "item-7" not in out
     assert MASKED_SECRET in out
     code, out, _ = _run(path, as_json=True, patterns=[r"item-\d"])
-    assert "\\u001b" in out and "\x1b" not in out and "sk-abc" not in out
+    # Sanitized before encoding, as every output: no escape survives, not even JSON-escaped.
+    assert "\\u001b" not in out and "\x1b" not in out and "sk-abc" not in out
     label = json.loads(out)["invocationTable"]["agents"][0]["label"]
-    assert label == f"bad\x1b[2J\nrow {MASKED_SECRET} {MASKED_SECRET}"
+    assert label == f"bad row {MASKED_SECRET} {MASKED_SECRET}"
 
 
 def test_bad_input_is_a_clear_error_with_exit_code_2(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import typer
 
 from rulvar_otel.cli import _demo, _export, _inspect, _tail
+from rulvar_otel.core.log_masking import masked_logging
 
 __all__ = ["app", "main"]
 
@@ -24,5 +25,7 @@ for _module in (_export, _demo, _tail, _inspect):
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point. Library log records (OpenTelemetry's included) reach stderr
+    only through the masking filter: one sanitized, masked, bounded line each."""
+    with masked_logging():
+        app()

@@ -26,12 +26,8 @@ from opentelemetry.metrics import Meter
 
 from rulvar_otel.core.events import EventModel, event_to_wire
 from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome
-from rulvar_otel.core.masking import (
-    SecretMasker,
-    compile_secret_masker,
-    default_masker,
-    sanitize_terminal_text,
-)
+from rulvar_otel.core.log_masking import output_masker, set_output_masker
+from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
 from rulvar_otel.errors import ConfigError, EventError, ExportError, RulvarOtelError, SourceError
 from rulvar_otel.otel._provider import (
     DEFAULT_EXPORT_TIMEOUT_S,
@@ -123,7 +119,8 @@ PatternOption = Annotated[
     typer.Option(
         "--pattern",
         metavar="REGEX",
-        help="Extra secret pattern (Python re syntax) masked in every exported string (repeatable).",
+        help="Extra secret pattern (RE2 syntax, see docs/masking.md) masked in every exported and "
+        "printed string (repeatable).",
     ),
 ]
 ProgressOption = Annotated[
@@ -269,8 +266,8 @@ class ExportOptions:
             raise ConfigError(f"--export-timeout must be a positive number of seconds (got {export_timeout})")
         if prometheus_port is not None and not (0 <= prometheus_port <= 65535):
             raise ConfigError(f"--prometheus-port must be a TCP port, 0-65535 (got {prometheus_port})")
-        if pattern:
-            compile_secret_masker(pattern)
+        # Every line the command prints (its own, the progress view, library logs) uses this masker.
+        set_output_masker(compile_secret_masker(pattern) if pattern else None)
         return cls(
             endpoint=endpoint,
             protocol=protocol,
@@ -314,11 +311,11 @@ class ExportResult:
 
 
 def terminal_safe(text: str, masker: SecretMasker | None = None) -> str:
-    """Mask secrets, then strip terminal controls: the discipline for every printed dynamic string."""
-    mask = (masker or default_masker()).mask
-    # Masked again after sanitizing: a control sequence glued to a key ("\x1b[2Jsk-...") hides
-    # the key's word boundary from the first pass, and sanitizing restores it.
-    return mask(sanitize_terminal_text(mask(text)))
+    """Sanitize, then mask (URL userinfo redacted): the discipline for every printed dynamic string.
+
+    Without ``masker``, the command's own (``--pattern`` included) once its options are parsed.
+    """
+    return (masker or output_masker()).clean(text)
 
 
 class _ProgressSink(Protocol):
@@ -327,7 +324,7 @@ class _ProgressSink(Protocol):
     def close(self, outcome: Any) -> None: ...
 
 
-def _open_progress(mode: str, ceiling_usd: float | None) -> _ProgressSink | None:
+def _open_progress(mode: str, ceiling_usd: float | None, masker: SecretMasker) -> _ProgressSink | None:
     # auto: the live tree on a terminal, append-only lines in pipes and CI (the view decides).
     if mode == "off":
         return None
@@ -338,7 +335,7 @@ def _open_progress(mode: str, ceiling_usd: float | None) -> _ProgressSink | None
     opener = getattr(module, "open_progress", None)
     if opener is None:
         return None
-    view: _ProgressSink | None = opener(mode, ceiling_usd=ceiling_usd)
+    view: _ProgressSink | None = opener(mode, ceiling_usd=ceiling_usd, masker=masker)
     return view
 
 
@@ -436,6 +433,7 @@ async def export_run_async(
         masker = compile_secret_masker(options.patterns or None)
     except ConfigError as exc:
         return _fail(err, messages, EXIT_USAGE, str(exc), None)
+    set_output_masker(masker)
 
     def say(text: str) -> None:
         safe = terminal_safe(text, masker)
@@ -456,7 +454,7 @@ async def export_run_async(
     outcome: RunOutcome | BaseException | None = None
     try:
         meter, meter_shutdown = _open_metrics(options)
-        progress = _open_progress(options.progress, options.ceiling_usd)
+        progress = _open_progress(options.progress, options.ceiling_usd, masker)
         observed = _ObservedHandle(handle, progress)
         from rulvar_otel.otel.exporter import to_otel
 

@@ -3,8 +3,8 @@
 Prints the invocation table (one row per agent span, one indented row per phase activation),
 the per-role split with its cost basis, and the critical path with its post-fan-in
 decomposition. ``--json`` prints the same readings as one JSON object on stdout. Every string
-taken from the stream is masked and then made terminal-safe; the JSON form is masked and
-ASCII-escaped.
+taken from the stream is sanitized, then masked (the masker's ``clean``), in the JSON form
+before encoding (keys included), which is also ASCII-escaped.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rulvar_otel.cli._common import PatternOption
-from rulvar_otel.core.masking import SecretMasker, compile_secret_masker, sanitize_terminal_text
+from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
 from rulvar_otel.core.progress import format_tokens, format_usd
 from rulvar_otel.core.reducers import (
     CriticalPath,
@@ -68,7 +68,7 @@ def render_inspect(
     def clean(value: object) -> str:
         if value is None:
             return "-"
-        return sanitize_terminal_text(masker.mask(value if isinstance(value, str) else str(value)))
+        return masker.clean(value if isinstance(value, str) else str(value))
 
     console = Console(file=out, highlight=False, width=width or (None if out.isatty() else 160))
 
@@ -210,7 +210,8 @@ def render_inspect(
 def _json_document(table: InvocationTable, path: CriticalPath, masker: SecretMasker) -> str:
     doc = {"invocationTable": table.to_json_dict(), "criticalPath": path.to_json_dict()}
     # ASCII escapes keep raw control characters (C1 included) off the terminal.
-    return json.dumps(masker.mask_deep(doc), ensure_ascii=True, indent=2)
+    # Every string (keys included) is cleaned before encoding: a JSON escape would hide a key's start.
+    return json.dumps(masker.clean_deep(doc), ensure_ascii=True, indent=2)
 
 
 def run_inspect(
@@ -228,14 +229,14 @@ def run_inspect(
         masker = compile_secret_masker(patterns or None)
         events, problems = read_jsonl_events(stream)
     except RulvarOtelError as exc:
-        err.write(f"rulvar-otel inspect: {sanitize_terminal_text(compile_secret_masker().mask(str(exc)))}\n")
+        err.write(f"rulvar-otel inspect: {compile_secret_masker().clean(str(exc))}\n")
         return 2
     for problem in problems[:5]:
-        err.write(f"rulvar-otel inspect: skipped {sanitize_terminal_text(masker.mask(str(problem)))}\n")
+        err.write(f"rulvar-otel inspect: skipped {masker.clean(str(problem))}\n")
     if len(problems) > 5:
         err.write(f"rulvar-otel inspect: skipped {len(problems) - 5} more malformed lines\n")
     if not events:
-        err.write(f"rulvar-otel inspect: {sanitize_terminal_text(masker.mask(stream))} holds no events\n")
+        err.write(f"rulvar-otel inspect: {masker.clean(stream)} holds no events\n")
         return 2
     table, path = inspect_events(events)
     if as_json:

@@ -23,7 +23,7 @@ from rich.live import Live
 from rich.text import Text
 
 from rulvar_otel.core.handle import RunOutcome
-from rulvar_otel.core.masking import SecretMasker, default_masker, sanitize_terminal_text
+from rulvar_otel.core.masking import SecretMasker, default_masker
 from rulvar_otel.core.progress import (
     AgentRow,
     ProgressLines,
@@ -299,13 +299,13 @@ def summary_lines(
     masker = masker or default_masker()
 
     def clean(value: str) -> str:
-        return sanitize_terminal_text(masker.mask(value))
+        return masker.clean(value)
 
     head = f"run {state.run_id or '?'}"
     if state.workflow:
         head += f" {state.workflow}"
     if isinstance(outcome, BaseException):
-        # A source's error never crossed the event masking boundary: mask first, then sanitize.
+        # A source's error never crossed the event masking boundary: clean it here.
         lines = [f"{head} failed: {clean(type(outcome).__name__)}: {clean(str(outcome))}"]
     else:
         status = clean(outcome.status) if outcome is not None else state.status

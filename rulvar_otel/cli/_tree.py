@@ -1,8 +1,8 @@
 """The finished span tree of an export, printed on the terminal with rich.
 
-Every dynamic string (span names, status words, attribute values) is secret-masked, then passed
-through ``sanitize_terminal_text``, and reaches rich as plain ``Text`` (never markup), so a span
-name can neither restyle the terminal nor break a row in two.
+Every dynamic string (span names, status words, attribute values) passes the masker's ``clean``
+(sanitize, then mask) and reaches rich as plain ``Text`` (never markup), so a span name can
+neither restyle the terminal nor break a row in two.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.text import Text
 from rich.tree import Tree
 
-from rulvar_otel.core.masking import SecretMasker, default_masker, sanitize_terminal_text
+from rulvar_otel.core.masking import SecretMasker, default_masker
 from rulvar_otel.otel import semconv
 
 __all__ = ["format_duration_ns", "print_span_tree", "render_span_tree"]
@@ -88,9 +88,7 @@ def _label(span: ReadableSpan, clean: SecretMasker) -> Text:
 
 
 def _safe(value: str, masker: SecretMasker) -> str:
-    # Masked again after sanitizing: a control sequence glued to a key ("\x1b[2Jsk-...") hides
-    # the key's word boundary from the first pass, and sanitizing restores it.
-    return masker.mask(sanitize_terminal_text(masker.mask(value)))
+    return masker.clean(value)
 
 
 def render_span_tree(

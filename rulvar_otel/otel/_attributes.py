@@ -15,6 +15,7 @@ from typing import Any, Final, TypeAlias, TypeGuard
 
 import orjson
 
+from rulvar_otel.core.masking import map_strings
 from rulvar_otel.otel import semconv as sc
 
 __all__ = [
@@ -50,6 +51,9 @@ _EVENT_SKIP: Final = frozenset(
 _DETERMINISM_OWN: Final = frozenset({"category", "provenance", "file", "line"})
 
 _CAMEL_BOUNDARY: Final = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+# A field name becomes part of an attribute key: only identifier-like names qualify (a key can be
+# anything a producer wrote, a credential or escape bytes included).
+_IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_:.-]{0,63}")
 # An event's field names (in order) -> the (field, attribute key) pairs a span event may carry.
 # Events of one type share a shape, so most events cost one lookup instead of a test per field.
 # Indexed by "is a determinism:warning" (those export some fields under their own names).
@@ -67,6 +71,7 @@ def _plan_shape(shape: tuple[str, ...], determinism: bool) -> tuple[tuple[str, s
         for field in shape
         # A non-string key cannot name an attribute.
         if isinstance(field, str)
+        and _IDENTIFIER.fullmatch(field) is not None
         and field not in _EVENT_SKIP
         and not (determinism and field in _DETERMINISM_OWN)
     )
@@ -228,7 +233,8 @@ def run_close_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
     for field, key in sc.RUN_JSON_FACTS:
         if field in event and event[field] is not None:
             try:
-                out[key] = mask(compact_json(event[field]))
+                # Cleaned before encoding: JSON escapes ("\\n", "\\u001b") would hide a key's start.
+                out[key] = mask(compact_json(map_strings(event[field], mask)))
             except (TypeError, orjson.JSONEncodeError):
                 continue
     envelope = event.get("envelope")
@@ -286,6 +292,8 @@ def event_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
     if plan is None:
         plan = _plan_shape(shape, determinism)
     for field, key in plan:
+        if mask(field) != field:  # a key the masker changes is a secret: not exported at all
+            continue
         value = event[field]
         kind = type(value)
         if kind in _SCALAR_TYPES:

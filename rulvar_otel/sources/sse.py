@@ -38,7 +38,7 @@ import orjson
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
 from rulvar_otel.core.handle import EventLike, RecordedRunHandle, RunOutcome, outcome_from_run_end
-from rulvar_otel.core.masking import SecretMasker, default_masker, sanitize_terminal_text
+from rulvar_otel.core.masking import SecretMasker, default_masker, redact_url, sanitize_terminal_text
 from rulvar_otel.errors import ConfigError, RunNotFoundError, SourceError
 from rulvar_otel.sources.jsonl import check_envelope
 
@@ -116,7 +116,8 @@ class SseStats:
 def _base_url(server: str) -> str:
     parts = urlsplit(server)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(f"--server must be an http(s) URL such as http://127.0.0.1:8787, got {server!r}")
+        shown = redact_url(server)
+        raise ConfigError(f"--server must be an http(s) URL such as http://127.0.0.1:8787, got {shown!r}")
     return server.rstrip("/")
 
 
@@ -129,7 +130,7 @@ def _error_detail(response: httpx.Response) -> str:
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         code = body["error"].get("code")
         if isinstance(code, str):
-            return f" (code {sanitize_terminal_text(default_masker().mask(code))[:80]})"
+            return f" (code {default_masker().clean(code)[:80]})"
     return ""
 
 
@@ -222,6 +223,7 @@ class ServerRunHandle:
         if not run_id:
             raise ConfigError("--run must name a run id")
         self._server = _base_url(server)
+        self._shown = redact_url(self._server)  # for messages: no userinfo
         self._run_id = run_id
         self._until_suspended = until_suspended
         self._policy = policy or ReconnectPolicy()
@@ -281,7 +283,7 @@ class ServerRunHandle:
         return httpx.AsyncClient(base_url=self._server, timeout=timeout, transport=self._transport)
 
     def _note(self, kind: NoteKind, raw: str, **extra: int | None) -> SseNote:
-        text = sanitize_terminal_text(self._masker.mask(raw.strip()))[:_NOTE_LIMIT]
+        text = self._masker.clean(raw.strip())[:_NOTE_LIMIT]
         note = SseNote(kind, text, self.stats.last_seq, **extra)
         if len(self.stats.notes) < _MAX_NOTES:
             self.stats.notes.append(note)
@@ -336,7 +338,7 @@ class ServerRunHandle:
                             failures += 1
                         if failures >= policy.max_attempts:
                             raise SourceError(
-                                f"gave up on run {self._run_id!r} at {self._server} after {failures} "
+                                f"gave up on run {self._run_id!r} at {self._shown} after {failures} "
                                 f"attempts without progress (last: {retry.reason}); "
                                 f"last seq delivered: {self.stats.last_seq}"
                             ) from None
@@ -359,7 +361,7 @@ class ServerRunHandle:
 
     async def _terminal_outcome(self, client: httpx.AsyncClient) -> RunOutcome | BaseException:
         try:
-            body = await fetch_run_status(client, self._run_id, server=self._server)
+            body = await fetch_run_status(client, self._run_id, server=self._shown)
             outcome = outcome_from_status(body)
             if outcome.status != "running":
                 return outcome
@@ -384,20 +386,20 @@ class ServerRunHandle:
                 if response.status_code == 404:
                     await response.aread()
                     raise RunNotFoundError(
-                        f"run {self._run_id!r} not found on {self._server}{_error_detail(response)}"
+                        f"run {self._run_id!r} not found on {self._shown}{_error_detail(response)}"
                     )
                 if response.status_code in (408, 429) or response.status_code >= 500:
                     raise _DisconnectError(f"HTTP {response.status_code}", progressed=False)
                 if response.status_code != 200:
                     await response.aread()
                     raise SourceError(
-                        f"GET {path} on {self._server} answered HTTP {response.status_code}"
+                        f"GET {path} on {self._shown} answered HTTP {response.status_code}"
                         f"{_error_detail(response)}"
                     )
                 content_type = response.headers.get("content-type", "")
                 if "text/event-stream" not in content_type:
                     raise SourceError(
-                        f"GET {path} on {self._server} did not answer an event stream "
+                        f"GET {path} on {self._shown} did not answer an event stream "
                         f"(content-type {sanitize_terminal_text(content_type)[:80]!r})"
                     )
                 lines = SSELineDecoder()

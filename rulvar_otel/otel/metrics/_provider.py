@@ -20,6 +20,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader, Perio
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from prometheus_client import CollectorRegistry, start_http_server
 
+from rulvar_otel.core.masking import redact_url
 from rulvar_otel.errors import ConfigError, ExportError
 from rulvar_otel.otel.semconv import DEFAULT_SERVICE_NAME, INSTRUMENTATION_SCOPE
 
@@ -83,7 +84,8 @@ def _validate(setup: MetricsSetup) -> None:
     if setup.otlp_endpoint is not None:
         parsed = urlparse(setup.otlp_endpoint)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise ConfigError(f"metrics endpoint {setup.otlp_endpoint!r} is not an http(s)://host:port URL")
+            shown = redact_url(setup.otlp_endpoint)
+            raise ConfigError(f"metrics endpoint {shown!r} is not an http(s)://host:port URL")
     if setup.otlp_protocol not in ("grpc", "http/protobuf"):
         raise ConfigError(f"metrics protocol {setup.otlp_protocol!r} is not 'grpc' or 'http/protobuf'")
     if not 0 < setup.timeout_s <= MAX_TIMEOUT_S:

@@ -216,7 +216,7 @@ class FoldState:
 
     def model_ref(self, value: Any) -> str:
         """A model ref, masked first so the derived provider never sees a raw credential."""
-        return self.masker.mask(_str(value))
+        return self.masker.clean(_str(value))
 
     @staticmethod
     def provider(masked_ref: str) -> str:
