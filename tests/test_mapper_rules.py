@@ -825,3 +825,39 @@ def test_orphan_in_a_later_segment_groups_under_that_segments_open_phase() -> No
     phase = only(result, "phase two")
     assert parent_of(result, only(result, "agent w loop")) is phase
     assert _event_names(only(result, "agent w loop")) == ["log"]  # the innermost open span
+
+
+# --- the names are the convention's (docs/otel-mapping.md#genai-semantic-conventions) ------------
+
+
+def test_genai_names_and_values_are_the_conventions_own() -> None:
+    """Checked against opentelemetry-semantic-conventions, the registry the OTel project publishes."""
+    from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+    from opentelemetry.semconv.attributes import code_attributes, error_attributes
+    from opentelemetry.semconv.schemas import Schemas
+
+    registry = {v for k, v in vars(gen_ai).items() if k.startswith("GEN_AI_") and isinstance(v, str)}
+    ours = {
+        v
+        for k, v in vars(sc).items()
+        if k.startswith("GEN_AI_")
+        and isinstance(v, str)
+        and v.startswith("gen_ai.")
+        and not k.startswith("GEN_AI_CLIENT_")  # metric names
+    }
+    assert len(ours) >= 12 and ours - registry == set()
+    assert sc.ERROR_TYPE == error_attributes.ERROR_TYPE
+    assert (sc.CODE_FILE_PATH, sc.CODE_LINE_NUMBER) == (
+        code_attributes.CODE_FILE_PATH,
+        code_attributes.CODE_LINE_NUMBER,
+    )
+    operations = {v.value for v in gen_ai.GenAiOperationNameValues}
+    assert {
+        sc.GEN_AI_OPERATION_INVOKE_AGENT,
+        sc.GEN_AI_OPERATION_CHAT,
+        sc.GEN_AI_OPERATION_EXECUTE_TOOL,
+    } <= operations
+    providers = {v.value for v in gen_ai.GenAiProviderNameValues}
+    assert set(sc.GEN_AI_PROVIDER_NAMES.values()) <= providers
+    assert {key for key, value in sc.GEN_AI_PROVIDER_NAMES.items() if key == value} == providers
+    assert sc.SCHEMA_URL in {s.value for s in Schemas}

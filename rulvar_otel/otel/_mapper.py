@@ -29,11 +29,11 @@ from opentelemetry.trace import (
     Tracer,
 )
 
-from rulvar_otel.core.events import parse_ts_ns
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import SecretMasker
 from rulvar_otel.otel import _attributes as ax
 from rulvar_otel.otel import semconv as sc
+from rulvar_otel.otel._clock import EventClock
 from rulvar_otel.otel.ids import SPAN_IDENTITY
 
 __all__ = ["EventObserver", "SpanMapper"]
@@ -62,14 +62,10 @@ _STATUS_OK: Final = Status(StatusCode.OK)
 _STATUS_ERROR: Final = Status(StatusCode.ERROR)
 # Bound on the per-export memo of masked strings (ids, names and statuses repeat in every event).
 _MASK_MEMO_LIMIT: Final = 8192
-# OTLP carries times as unsigned 64-bit nanoseconds since 1970: anything outside cannot be encoded
-# and would fail the whole batch it lands in (docs/otel-mapping.md#timestamps).
-_MAX_OTLP_NS: Final = 2**64 - 1
 # Events before the first usable ts wait for one (they take its time); past this many, the wait
-# ends and they take the wall clock, so a stream without any usable ts keeps bounded memory.
+# ends and they take the wall clock, so a stream without any usable ts keeps bounded memory
+# (docs/otel-mapping.md#timestamps).
 _UNTIMED_LIMIT: Final = 1024
-# Timestamp diagnostics logged one by one; the rest are counted in the summary at finish.
-_TS_WARNINGS: Final = 5
 
 
 class EventObserver(Protocol):
@@ -163,11 +159,10 @@ class SpanMapper:
         self._template: SpanContext | None = None  # the anchor's context, for compact ended spans
         self._current_run: _Rec | None = None
         self._segment = -1
-        self._last_ns: int | None = None
+        self._clock = EventClock()
+        self._ts_cache = self._clock.cache
         self._segment_last_ns = 0
-        self._ts_cache: dict[str, int] = {}
         self._untimed: list[Mapping[str, Any]] = []  # events before the first usable ts
-        self.bad_timestamps = 0  # events whose ts was absent, malformed or out of range
         self._tool_ordinal = 0
         self.span_count = 0
         self.event_count = 0
@@ -192,42 +187,12 @@ class SpanMapper:
 
     # --- time -----------------------------------------------------------------------------------
 
-    def _time(self, event: Mapping[str, Any]) -> int | None:
-        """The event's time; an unusable ts takes the previous event's (None before the first)."""
-        ts = event.get("ts")
-        if isinstance(ts, str):
-            ns = self._ts_cache.get(ts)
-            if ns is None:
-                ns = _parse_ts(ts)
-                if ns is not None and 0 <= ns <= _MAX_OTLP_NS:
-                    if len(self._ts_cache) > 65536:
-                        self._ts_cache.clear()
-                    self._ts_cache[ts] = ns
-                else:
-                    self._bad_ts(event, "out of range" if ns is not None else "malformed")
-                    ns = None
-            if ns is not None:
-                self._last_ns = ns
-                return ns
-        elif ts is not None:
-            self._bad_ts(event, "not a string")
-        # Never the export time, never 1970: the previous event's time.
-        return self._last_ns
-
-    def _bad_ts(self, event: Mapping[str, Any], why: str) -> None:
-        self.bad_timestamps += 1
-        if self.bad_timestamps <= _TS_WARNINGS:
-            seq = event.get("seq")
-            where = f" (seq {seq})" if type(seq) is int else ""
-            _log.warning(
-                "rulvar_otel: event %d%s has an unusable ts (%s); it takes the time of the %s",
-                self.event_count,
-                where,
-                why,
-                "previous event" if self._last_ns is not None else "first event with a usable ts",
-            )
-
     # --- the public surface ---------------------------------------------------------------------
+
+    @property
+    def bad_timestamps(self) -> int:
+        """Events whose ts was not a string, malformed or out of range (each took another time)."""
+        return self._clock.bad
 
     def feed(self, event: Mapping[str, Any]) -> None:
         """Map one wire-form event. Never raises for any event shape."""
@@ -242,13 +207,13 @@ class SpanMapper:
             ts = event.get("ts")
             ns = self._ts_cache.get(ts) if type(ts) is str else None
             if ns is None:
-                ns = self._time(event)
+                ns = self._clock.time(event, self.event_count)
                 if ns is None:
                     self._hold_untimed(event)
                 elif self._untimed:
                     self._release_untimed(ns)
             else:
-                self._last_ns = ns
+                self._clock.last_ns = ns
             if ns is not None:
                 self._map(event, ns)
         except Exception:  # noqa: BLE001 - a strange event never breaks the host or the export
@@ -274,7 +239,7 @@ class SpanMapper:
 
     def _release_untimed(self, ns: int) -> None:
         held, self._untimed = self._untimed, []
-        self._last_ns = ns
+        self._clock.last_ns = ns
         for event in held:
             try:
                 self._map(event, ns)
@@ -306,7 +271,7 @@ class SpanMapper:
         try:
             if self._untimed:
                 self._release_untimed(self._wall_clock())
-            last = self._last_ns if self._last_ns is not None else 0
+            last = self._clock.last_ns if self._clock.last_ns is not None else 0
             # Leftovers of earlier segments end where their segment ended.
             for rec in self._leftovers:
                 if not rec.ended:
@@ -325,12 +290,7 @@ class SpanMapper:
                     self._end_inferred(rec, max(rec.desc_end, rec.events_end, rec.start_ns), ok)
         except Exception:  # noqa: BLE001
             _log.debug("rulvar_otel: finishing spans failed", exc_info=True)
-        if self.bad_timestamps > _TS_WARNINGS:
-            _log.warning(
-                "rulvar_otel: %d events in all had an unusable ts (the first %d are named above)",
-                self.bad_timestamps,
-                _TS_WARNINGS,
-            )
+        self._clock.summarize()
         for observer in self._observers:
             try:
                 observer.finish(outcome)
@@ -835,6 +795,3 @@ def _hashable(value: object) -> object:
 
 def _ignore(event: Mapping[str, Any], ns: int) -> None:
     """Stream deltas are content: they never become span events."""
-
-
-_parse_ts = parse_ts_ns
