@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from opentelemetry.sdk.trace import Span
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -861,3 +863,100 @@ def test_genai_names_and_values_are_the_conventions_own() -> None:
     assert set(sc.GEN_AI_PROVIDER_NAMES.values()) <= providers
     assert {key for key, value in sc.GEN_AI_PROVIDER_NAMES.items() if key == value} == providers
     assert sc.SCHEMA_URL in {s.value for s in Schemas}
+
+
+# --- contract-scopes streams: generated nestings of segments, child workflows, phases, agents ----
+
+_SCOPE_OPS = st.lists(
+    st.sampled_from(["phase", "child", "child_end", "agent", "orphan", "agent_end", "event", "segment"])
+    | st.tuples(st.just("event_on"), st.integers(0, 30)),
+    max_size=50,
+)
+
+
+def _scope_stream(ops: list[Any], steps: list[int]) -> list[dict[str, Any]]:
+    """A well-formed stream shaped by ``ops``; ``steps`` are the clock's increments (0 allowed)."""
+    seq = 0
+    clock = 0
+    out: list[dict[str, Any]] = []
+    scopes: list[str] = []  # the run, open child workflows and phases, innermost last
+    children: set[str] = set()
+    agents: list[str] = []
+    known: list[str] = []
+    segment = 0
+
+    def emit(kind: str, span: str, parent: str | None = None, **body: Any) -> None:
+        nonlocal seq, clock
+        clock += steps[seq % len(steps)]
+        out.append(ev(kind, seq, span, parent, ts_ms=clock, **body))
+        seq += 1
+
+    def run_start() -> None:
+        root = f"run{segment}"
+        emit("run:start", root, workflow="wf", resumed=segment > 0)
+        scopes.append(root)
+        known.append(root)
+
+    run_start()
+    for i, op in enumerate(ops):
+        name = f"s{i}"
+        if op == "phase":
+            emit("phase:start", name, scopes[-1], phase=name)
+            scopes.append(name)
+        elif op == "child":
+            emit("child:start", name, scopes[-1], workflow=name, scope=f"wf:{name}:0")
+            scopes.append(name)
+            children.add(name)
+        elif op == "child_end":
+            # The innermost child workflow closes; the phases inside it close with it as scopes.
+            inner = [k for k in range(1, len(scopes)) if scopes[k] in children]
+            if inner:
+                emit("child:end", scopes[inner[-1]], status="ok", workflow=scopes[inner[-1]])
+                del scopes[inner[-1] :]
+        elif op in ("agent", "orphan"):
+            emit(
+                "agent:start", name, scopes[-1] if op == "agent" else f"never-{i}", agentType="w", role="loop"
+            )
+            agents.append(name)
+        elif op == "agent_end" and agents:
+            emit("agent:end", agents.pop(), status="ok")
+        elif op == "event":
+            emit("budget:update", scopes[-1], spentUsd=1)
+        elif isinstance(op, tuple):
+            emit("log", known[op[1] % len(known)], level="info", msg="m")
+        elif op == "segment":
+            emit("run:end", f"run{segment}", status="suspended", totalUsd=0)
+            segment += 1
+            scopes.clear()
+            agents.clear()
+            run_start()
+        if op in ("phase", "child", "agent", "orphan"):
+            known.append(name)
+    return out
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_SCOPE_OPS, st.lists(st.integers(0, 3), min_size=1, max_size=5))
+def test_generated_scopes_keep_every_event_inside_its_span_and_out_of_closed_scopes(
+    ops: list[Any], steps: list[int]
+) -> None:
+    stream = _scope_stream(ops, steps)
+    result = export(stream, OK)
+    assert len(result.ended) == len(result.spans)
+    by_seq = {e["seq"]: e for e in stream}
+    closer_seq = {e["spanId"]: e["seq"] for e in stream if e["type"] in ("child:end", "run:end")}
+    for span in result.spans:
+        assert span.start_time is not None and span.end_time is not None
+        for event in span.events:
+            assert span.start_time <= event.timestamp <= span.end_time, span.name
+            seq = (event.attributes or {})[sc.ENTRY_SEQ]
+            # No child workflow or segment around the host had closed when the event came.
+            node: Span | None = span
+            while node is not None:
+                opener = by_seq[(node.attributes or {})[sc.ENTRY_SEQ]]
+                if opener["type"] in ("child:start", "run:start"):
+                    closed_at = closer_seq.get(opener["spanId"])
+                    assert closed_at is None or closed_at > seq, (span.name, event.name, seq)
+                    if opener["type"] == "run:start":
+                        break
+                node = parent_of(result, node)

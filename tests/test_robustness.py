@@ -23,6 +23,7 @@ from rulvar_otel.cli import app
 from rulvar_otel.core.events import KNOWN_EVENT_TYPES
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.otel import create_mapper, export_events, to_otel
+from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel._otlp_json import iter_otlp_json_file
 from tests._fixtures import events as stream_events
 from tests._otel_harness import Recorder, ev, export, provider, t
@@ -281,14 +282,18 @@ def test_one_out_of_range_ts_in_large_loses_nothing_through_the_file_exporter(
     out = tmp_path / "out.otlp.jsonl"
     code, err = _run_cli("export", str(stream), "--out", str(out), "--no-tree", "--progress", "off")
     assert code == 0, err
-    spans = [
-        span
+    scopes = [
+        scope_spans
         for request in iter_otlp_json_file(out)
         for resource_spans in request.resource_spans
         for scope_spans in resource_spans.scope_spans
-        for span in scope_spans.spans
     ]
+    spans = [span for scope_spans in scopes for span in scope_spans.spans]
     assert len(spans) == LARGE_SPANS
+    # docs/otel-mapping.md#instrumentation-scope-and-schema
+    assert {(s.scope.name, s.scope.version, s.schema_url) for s in scopes} == {
+        (sc.INSTRUMENTATION_SCOPE, sc.INSTRUMENTATION_VERSION, sc.SCHEMA_URL)
+    }
     assert all(0 < s.start_time_unix_nano <= s.end_time_unix_nano for s in spans)
 
 
