@@ -257,13 +257,14 @@ def test_events_waiting_for_a_first_ts_are_bounded() -> None:
     assert len(recorder.ended) == 1 and len(recorder.ended[0].events) == 1999
 
 
-def _large_with_one_bad_time(tmp_path: Path, ts: str) -> Path:
+def _large_with_one_bad_time(tmp_path: Path, ts: str) -> tuple[Path, str]:
+    """``large`` with one tool:start's ts replaced; returns the file and the expected diagnostic."""
     events = stream_events("large")
     index = next(i for i, e in enumerate(events) if e["type"] == "tool:start")
     events[index]["ts"] = ts
     path = tmp_path / "large-bad-ts.jsonl"
     path.write_text("".join(json.dumps(e) + "\n" for e in events), encoding="utf-8")
-    return path
+    return path, f"event {index + 1} (seq {events[index]['seq']}) has an unusable ts (out of range)"
 
 
 def _run_cli(*args: str) -> tuple[int, str]:
@@ -276,12 +277,17 @@ BAD_TIMES = ["1969-12-31T23:59:59.000Z", "2600-01-01T00:00:00.000Z"]
 
 @pytest.mark.parametrize("ts", BAD_TIMES)
 def test_one_out_of_range_ts_in_large_loses_nothing_through_the_file_exporter(
-    ts: str, tmp_path: Path
+    ts: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    stream = _large_with_one_bad_time(tmp_path, ts)
+    stream, diagnostic = _large_with_one_bad_time(tmp_path, ts)
     out = tmp_path / "out.otlp.jsonl"
-    code, err = _run_cli("export", str(stream), "--out", str(out), "--no-tree", "--progress", "off")
+    with caplog.at_level(logging.WARNING, logger="rulvar_otel"):
+        code, err = _run_cli("export", str(stream), "--out", str(out), "--no-tree", "--progress", "off")
     assert code == 0, err
+    # The diagnostic names the line (the stream has no blank lines) and the seq, not the value.
+    assert [w for w in _warnings(caplog) if "unusable ts" in w] == [
+        f"rulvar_otel: {diagnostic}; it takes the time of the previous event"
+    ]
     scopes = [
         scope_spans
         for request in iter_otlp_json_file(out)
@@ -301,7 +307,7 @@ def test_one_out_of_range_ts_in_large_loses_nothing_through_the_file_exporter(
 def test_one_out_of_range_ts_in_large_loses_nothing_through_a_real_otlp_receiver(
     ts: str, tmp_path: Path
 ) -> None:
-    stream = _large_with_one_bad_time(tmp_path, ts)
+    stream, _ = _large_with_one_bad_time(tmp_path, ts)
     with GrpcTraceReceiver() as rx:
         code, err = _run_cli(
             "export",
