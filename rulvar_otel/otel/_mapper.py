@@ -185,8 +185,6 @@ class SpanMapper:
             "agent:stream": _ignore,
         }
 
-    # --- time -----------------------------------------------------------------------------------
-
     # --- the public surface ---------------------------------------------------------------------
 
     @property
@@ -574,6 +572,8 @@ class SpanMapper:
             ):
                 rec.pending_end = end
                 self._leftovers.append(rec)
+        # Every stranded span is now ended or a leftover: nothing left to keep it for.
+        self._stranded = []
 
     def _on_run_start(self, event: Mapping[str, Any], ns: int) -> None:
         span_id = event.get("spanId")
