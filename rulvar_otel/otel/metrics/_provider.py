@@ -22,7 +22,12 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from rulvar_otel.core.masking import redact_url
 from rulvar_otel.errors import ConfigError, ExportError
-from rulvar_otel.otel.semconv import DEFAULT_SERVICE_NAME, INSTRUMENTATION_SCOPE
+from rulvar_otel.otel.semconv import (
+    DEFAULT_SERVICE_NAME,
+    INSTRUMENTATION_SCOPE,
+    INSTRUMENTATION_VERSION,
+    SCHEMA_URL,
+)
 
 __all__ = ["MetricsPipeline", "MetricsSetup", "build_meter_provider"]
 
@@ -65,7 +70,7 @@ class MetricsPipeline:
 
     @property
     def meter(self) -> Meter:
-        return self.provider.get_meter(INSTRUMENTATION_SCOPE)
+        return self.provider.get_meter(INSTRUMENTATION_SCOPE, INSTRUMENTATION_VERSION, schema_url=SCHEMA_URL)
 
     def shutdown(self) -> None:
         try:
