@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from rulvar_otel.otel.metrics import REGISTRY
-from tests.test_metrics_streams import assert_reads_only_the_registry
+from tests._metric_streams import assert_reads_only_the_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARDS = ROOT / "dashboards"
@@ -110,3 +110,13 @@ def test_every_panel_reads_only_registry_series_and_every_metric_is_shown() -> N
             shown |= assert_reads_only_the_registry(expr)
     for entry in REGISTRY:
         assert shown & set(entry.prometheus_series), f"{entry.name} is on no dashboard"
+
+
+def test_dashboards_are_built_for_grafana_11_and_12() -> None:
+    # The pinned SDK build targets Grafana 11.6; the Grafana-10.1 build wrote schemaVersion 36,
+    # `style: dark` and `options: null`, which Grafana 11/12 migrate on every load.
+    for name, board in dashboards().items():
+        assert board["schemaVersion"] >= 41, name
+        assert "style" not in board, name
+        text = json.dumps(board)
+        assert '"options": null' not in text, name

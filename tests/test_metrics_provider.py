@@ -18,7 +18,7 @@ from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel.exporter import export_events
 from rulvar_otel.otel.metrics import MetricsSetup, build_meter_provider
 from tests._fixtures import events, outcome
-from tests.test_metrics_streams import adaptive_outcome, adaptive_stream, feed, points
+from tests._metric_streams import adaptive_outcome, adaptive_stream, feed, points
 
 
 @pytest.mark.parametrize(

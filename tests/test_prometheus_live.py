@@ -30,7 +30,7 @@ from rulvar_otel.otel.metrics import REGISTRY, MetricsPipeline, MetricsSetup, bu
 from tests._fixtures import events, outcome
 from tests.test_alerts import ALERTS, require_tool
 from tests.test_dashboards import dashboards, panel_queries
-from tests.test_metrics_streams import adaptive_outcome, adaptive_stream, feed, unsettled_quota_stream
+from tests._metric_streams import adaptive_outcome, adaptive_stream, feed, unsettled_quota_stream
 
 pytestmark = pytest.mark.timeout(120)
 
