@@ -94,7 +94,7 @@ def _panel(spec: PanelSpec) -> Any:
 
 def _variables() -> list[Any]:
     runs = series(sc.METRIC_RUNS_SETTLED)
-    tokens = series(sc.GEN_AI_CLIENT_TOKEN_USAGE, "count")
+    tokens = series(sc.METRIC_INVOCATION_TOKEN_USAGE, "count")
     return [
         gd.DatasourceVariable("datasource").label("Data source").type("prometheus"),
         gd.QueryVariable("workflow")
@@ -166,7 +166,7 @@ def _runs_panels() -> list[PanelSpec]:
             (
                 (
                     increase(
-                        sc.GEN_AI_CLIENT_TOKEN_USAGE,
+                        sc.METRIC_INVOCATION_TOKEN_USAGE,
                         (sc.GEN_AI_TOKEN_TYPE, sc.GEN_AI_REQUEST_MODEL),
                         MODEL,
                         suffix="sum",
@@ -180,7 +180,7 @@ def _runs_panels() -> list[PanelSpec]:
             "gen_ai.client.operation.duration per model invocation phase (replayed phases excluded).",
             tuple(
                 (
-                    quantile(q, sc.GEN_AI_CLIENT_OPERATION_DURATION, (sc.GEN_AI_REQUEST_MODEL,), MODEL),
+                    quantile(q, sc.METRIC_INVOCATION_DURATION, (sc.GEN_AI_REQUEST_MODEL,), MODEL),
                     f"p{int(q * 100)} {{{{{model}}}}}",
                 )
                 for q in (0.5, 0.95, 0.99)

@@ -58,6 +58,13 @@ def adaptive_stream(run_id: str = "syn-adaptive-1") -> list[dict[str, Any]]:
         "data": {"source": "quota-limiter"},
     }
     plain = {"code": "agent", "message": "overloaded", "retryable": True}
+    # The engine's error when the limiter denied a call more often than its denial budget allows.
+    exhausted = {
+        "code": "quota_exhausted",
+        "message": "quota denied 3 times",
+        "retryable": False,
+        "data": {"model": "acme:small", "denials": 3},
+    }
     return build_stream(
         run_id,
         [
@@ -89,7 +96,7 @@ def adaptive_stream(run_id: str = "syn-adaptive-1") -> list[dict[str, Any]]:
                          "reason": "requestsPerMinute 60 exhausted", "retryAfterMs": 5, "willRetry": True}),
             (1.2, "s2", {"type": "quota:denied", "agentType": "researcher", "model": "acme:small",
                          "reason": "requestsPerMinute 60 exhausted", "retryAfterMs": 5, "willRetry": True}),
-            (1.3, "s2", {"type": "agent:error", "agentType": "researcher", "error": dict(plain, code="agent"),
+            (1.3, "s2", {"type": "agent:error", "agentType": "researcher", "error": exhausted,
                          "willRetry": False}),
             (2.5, "s2", {"type": "agent:phase:end", **research, "invocation": 1, "durationMs": 1500,
                          "usage": _usage(0, 0), "costUsd": 0, "outcome": "error"}),

@@ -28,9 +28,9 @@ import yaml
 
 from rulvar_otel.otel.metrics import REGISTRY, MetricsPipeline, MetricsSetup, build_meter_provider
 from tests._fixtures import events, outcome
+from tests._metric_streams import adaptive_outcome, adaptive_stream, feed, unsettled_quota_stream
 from tests.test_alerts import ALERTS, require_tool
 from tests.test_dashboards import dashboards, panel_queries
-from tests._metric_streams import adaptive_outcome, adaptive_stream, feed, unsettled_quota_stream
 
 pytestmark = pytest.mark.timeout(120)
 
