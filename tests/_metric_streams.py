@@ -215,7 +215,19 @@ _SELECTOR = re.compile(
 )
 _MATCHER = re.compile(r"([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)\s*\"")
 _GROUPING = re.compile(r"\b(?:by|without)\s*\(([^)]*)\)")
-_FUNCTIONS = {"sum", "rate", "increase", "delta", "histogram_quantile", "by", "offset", "unless", "or", "and"}
+_FUNCTIONS = {
+    "sum",
+    "rate",
+    "increase",
+    "delta",
+    "last_over_time",
+    "histogram_quantile",
+    "by",
+    "offset",
+    "unless",
+    "or",
+    "and",
+}
 
 
 def promql_references(expr: str) -> tuple[dict[str, set[str]], set[str]]:
@@ -234,11 +246,15 @@ def promql_references(expr: str) -> tuple[dict[str, set[str]], set[str]]:
 
 
 def registry_series_labels() -> dict[str, set[str]]:
-    """Every Prometheus series the registry defines -> the labels it carries."""
+    """Every Prometheus series the registry defines -> the labels it carries.
+
+    The registry's own metrics, and the collector's spanmetrics series it names.
+    """
     from rulvar_otel.otel.metrics import REGISTRY
+    from rulvar_otel.otel.metrics.registry import SPAN_METRICS
 
     out: dict[str, set[str]] = {}
-    for entry in REGISTRY:
+    for entry in (*REGISTRY, *SPAN_METRICS):
         for name in entry.prometheus_series:
             out[name] = set(entry.prometheus_labels) | ({"le"} if name.endswith("_bucket") else set())
     return out

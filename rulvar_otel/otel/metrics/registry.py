@@ -31,6 +31,11 @@ __all__ = [
     "ADVANCE_TYPES",
     "FINISH",
     "REGISTRY",
+    "SPAN_METRICS",
+    "SPAN_METRICS_DIMENSIONS",
+    "SPAN_METRICS_DURATION_UNIT",
+    "SPAN_METRICS_NAMESPACE",
+    "CollectorSeries",
     "AttrValue",
     "Fold",
     "FoldState",
@@ -753,3 +758,62 @@ def definition(name: str) -> MetricDefinition:
         if entry.name == name:
             return entry
     raise KeyError(name)
+
+
+# --- series the collector derives from our spans ----------------------------------------------
+#
+# The spanmetrics connector of collector_config/otelcol-agent.yaml turns every span into a call
+# count and a duration histogram; the collector's Prometheus exporter names them the way the
+# recorder's are named (dots to underscores, the unit, `_total`). The dashboards read them from
+# here; a test checks these constants against the shipped connector config.
+
+SPAN_METRICS_NAMESPACE: Final = "traces.span.metrics"
+SPAN_METRICS_DURATION_UNIT: Final = "ms"
+SPAN_METRICS_DIMENSIONS: Final = (
+    sc.AGENT_TYPE, sc.GEN_AI_REQUEST_MODEL, sc.GEN_AI_OPERATION_NAME, sc.TOOL_NAME, sc.STATUS,
+    sc.RUN_SETTLED,
+)  # fmt: skip
+# The labels the connector sets on every series, before the configured dimensions.
+_SPAN_METRICS_BASE_LABELS: Final = ("service_name", "span_name", "span_kind", "status_code")
+_PROMETHEUS_UNIT_NAMES: Final = {"ms": "milliseconds", "s": "seconds"}
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorSeries:
+    """A metric the collector writes from our spans (never the recorder)."""
+
+    name: str  # the OTel name the connector gives it
+    kind: InstrumentKind
+    unit: str
+    description: str
+
+    @property
+    def prometheus_name(self) -> str:
+        base = self.name.replace(".", "_")
+        suffix = _PROMETHEUS_UNIT_NAMES.get(self.unit, "")
+        if suffix:
+            base = f"{base}_{suffix}"
+        return f"{base}_total" if self.kind is InstrumentKind.COUNTER else base
+
+    @property
+    def prometheus_series(self) -> tuple[str, ...]:
+        base = self.prometheus_name
+        if self.kind is InstrumentKind.HISTOGRAM:
+            return (f"{base}_bucket", f"{base}_sum", f"{base}_count")
+        return (base,)
+
+    @property
+    def prometheus_labels(self) -> tuple[str, ...]:
+        return (*_SPAN_METRICS_BASE_LABELS, *(prometheus_label(a) for a in SPAN_METRICS_DIMENSIONS))
+
+
+SPAN_METRICS: Final[tuple[CollectorSeries, ...]] = (
+    CollectorSeries(
+        f"{SPAN_METRICS_NAMESPACE}.calls", InstrumentKind.COUNTER, "",
+        "Spans ended, by service, span name, kind, status code and the configured dimensions.",
+    ),
+    CollectorSeries(
+        f"{SPAN_METRICS_NAMESPACE}.duration", InstrumentKind.HISTOGRAM, SPAN_METRICS_DURATION_UNIT,
+        "Span durations (end minus start), by the same labels.",
+    ),
+)  # fmt: skip
