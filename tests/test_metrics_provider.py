@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -11,6 +12,7 @@ import httpx
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -83,6 +85,27 @@ def test_the_endpoint_lingers_with_the_final_values_after_the_export_then_closes
     assert done.is_set()
     with pytest.raises(httpx.TransportError):
         httpx.get(url, timeout=2)
+
+
+@pytest.mark.parametrize("given", [{"service.instance.id": "host-7"}, {}])
+def test_every_series_on_the_endpoint_carries_the_service_instance_id(given: dict[str, str]) -> None:
+    # Each export process is its own instance (the SDK's per-process id, or a fresh one when the
+    # caller's resource has none), so one-shot exports of the same workflow never merge into one
+    # series that seems never to move; the live Prometheus test counts them.
+    pipeline = build_meter_provider(
+        MetricsSetup(prometheus_port=0), resource=Resource({"service.name": "x", **given})
+    )
+    try:
+        feed(pipeline.meter, events("quota"), outcome("quota"))
+        text = httpx.get(pipeline.prometheus_url or "", timeout=5).text
+    finally:
+        pipeline.shutdown()
+    found = set(re.findall(r'rulvar_runs_settled_total\{[^}]*service_instance_id="([^"]+)"', text))
+    assert len(found) == 1
+    if given:
+        assert found == {"host-7"}
+    else:
+        assert len(next(iter(found))) == 36  # a UUID
 
 
 def test_without_a_linger_shutdown_closes_the_endpoint_at_once() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -20,7 +21,7 @@ from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import Meter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader, PeriodicExportingMetricReader
-from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -178,13 +179,29 @@ def _otlp_exporter(setup: MetricsSetup) -> MetricExporter:
     return HttpExporter(endpoint=endpoint, headers=headers, timeout=setup.timeout_s)
 
 
+def _with_instance_id(resource: Resource) -> Resource:
+    """``resource`` with a ``service.instance.id`` (a fresh UUID unless it has one)."""
+    if resource.attributes.get(SERVICE_INSTANCE_ID):
+        return resource
+    return resource.merge(Resource({SERVICE_INSTANCE_ID: str(uuid.uuid4())}))
+
+
 def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = None) -> MetricsPipeline:
     """Build a MeterProvider for ``setup`` (raises :class:`ConfigError` on a bad option).
 
     The Prometheus endpoint uses its own registry, so several pipelines (or a host's own
     ``prometheus_client`` metrics) never collide; :class:`ExportError` when the port is taken.
+
+    Every pipeline is its own ``service.instance.id`` (a UUID unless ``resource`` names one): it
+    labels every series the pull endpoint serves (``service_instance_id``) and, over OTLP, the
+    collector's Prometheus exporter makes it the ``instance`` label. So two processes that export
+    runs with the same labels one after the other (a loop of one-shot exports) write two series,
+    each counted in full, instead of one series that seems never to move.
     """
     _validate(setup)
+    resource = _with_instance_id(
+        resource if resource is not None else Resource.create({SERVICE_NAME: setup.service_name})
+    )
     readers: list[MetricReader] = []
     if setup.otlp_endpoint is not None:
         readers.append(
@@ -202,7 +219,11 @@ def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = Non
         registry = CollectorRegistry(auto_describe=True)
         scrapes = _ScrapeCounter()
         registry.register(scrapes)
-        readers.append(PrometheusMetricReader(registry=registry))
+        readers.append(
+            PrometheusMetricReader(
+                registry=registry, resource_attribute_filter=lambda key: key == SERVICE_INSTANCE_ID
+            )
+        )
         try:
             server, thread = start_http_server(
                 setup.prometheus_port, addr=setup.prometheus_host, registry=registry
@@ -212,10 +233,7 @@ def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = Non
                 f"cannot serve Prometheus metrics on {setup.prometheus_host}:{setup.prometheus_port}: {exc}"
             ) from exc
         port = int(server.server_port)
-    provider = MeterProvider(
-        metric_readers=readers,
-        resource=resource if resource is not None else Resource.create({SERVICE_NAME: setup.service_name}),
-    )
+    provider = MeterProvider(metric_readers=readers, resource=resource)
     return MetricsPipeline(
         provider,
         setup.timeout_s,
