@@ -302,6 +302,8 @@ def test_every_panel_of_every_rulvar_dashboard_shows_a_non_zero_value(stack: Sta
     checked = 0
     for board_name, board in dashboards().items():
         if board_name in NOT_FROM_THE_CLI:
+            for _, expr in panel_queries(board):
+                stack.query(_substitute(expr.replace("$service", ".*")))  # valid PromQL, no data here
             continue
         for title, expr in panel_queries(board):
             result = stack.query(_substitute(expr))
