@@ -46,6 +46,33 @@ def panel_queries(board: dict[str, Any]) -> list[tuple[str, str]]:
     return [(panel["title"], target["expr"]) for panel in board["panels"] for target in panel["targets"]]
 
 
+def runnable(expr: str, window: str = "10m") -> str:
+    """A panel query as Grafana runs it with every variable at "All" and ``window`` for both the
+    rate interval and the dashboard range."""
+    for variable, value in (
+        ("$workflow", ".*"),
+        ("$model", ".*"),
+        ("$service", ".*"),
+        ("$__rate_interval", window),
+        ("$__range", window),
+    ):
+        expr = expr.replace(variable, value)
+    assert "$" not in expr, f"unsubstituted variable in {expr!r}"
+    return expr
+
+
+def spanmetrics_panel_queries(window: str = "10m") -> list[tuple[str, str]]:
+    """(dashboard / panel title, runnable PromQL) for every panel target that reads the
+    collector's spanmetrics series: what a Prometheus scraping the agent collector must answer."""
+    names = tuple(series for entry in SPAN_METRICS for series in entry.prometheus_series)
+    return [
+        (f"{board_name} / {title}", runnable(expr, window))
+        for board_name, board in dashboards().items()
+        for title, expr in panel_queries(board)
+        if any(name in expr for name in names)
+    ]
+
+
 def test_checked_in_files_are_current(capsys: pytest.CaptureFixture[str]) -> None:
     assert generator_module().main(["--check"]) == 0, capsys.readouterr().out
 
@@ -148,6 +175,13 @@ def test_every_counter_read_counts_series_born_at_their_final_value() -> None:
             assert expr.count("increase(") + expr.count("delta(") == expr.count("last_over_time("), title
             assert "offset $__r" in expr, title
     assert generator.counted("x", "5m").count("offset 5m") == 2
+
+
+def test_the_spanmetrics_panels_are_found_for_the_collector_tests() -> None:
+    queries = spanmetrics_panel_queries()
+    assert len(queries) >= 6
+    assert all(title.startswith("rulvar-spans / ") for title, _ in queries)
+    assert all("$" not in expr for _, expr in queries)
 
 
 def test_spanmetrics_names_match_the_shipped_connector_config() -> None:

@@ -33,7 +33,7 @@ from rulvar_otel.otel.metrics import REGISTRY
 from tests._fixtures import STREAMS
 from tests._metric_streams import adaptive_outcome, adaptive_stream, build_stream, unsettled_quota_stream
 from tests.test_alerts import ALERTS, require_tool
-from tests.test_dashboards import dashboards, generator_module, panel_queries
+from tests.test_dashboards import dashboards, generator_module, panel_queries, runnable
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -53,9 +53,9 @@ FIXTURE_STREAMS = (
 # Two scrapes at the 1 s interval below, with a margin: what the docs tell users (the scrape
 # interval plus a margin) scaled to this Prometheus.
 LINGER_S = 2.5
-# Grafana's variables as the dashboards resolve them with "All" selected; the windows cover the
-# whole feeding (a minute or so) and reach back to before Prometheus started.
-SUBSTITUTIONS = {"$workflow": ".*", "$model": ".*", "$__rate_interval": "10m", "$__range": "10m"}
+# The panels' window (rate interval and range): it covers the whole feeding (a minute or so) and
+# reaches back to before Prometheus started.
+WINDOW = "10m"
 # Panels a CLI export cannot fill: the collector derives these series from spans (the collector
 # tests feed them through a real collector).
 NOT_FROM_THE_CLI = {"rulvar-spans"}
@@ -284,13 +284,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         hook_server.server_close()
 
 
-def _substitute(expr: str) -> str:
-    for variable, value in SUBSTITUTIONS.items():
-        expr = expr.replace(variable, value)
-    assert "$" not in expr, f"unsubstituted variable in {expr!r}"
-    return expr
-
-
 def test_every_export_process_succeeded(stack: Stack) -> None:
     failed = [f"{name}: exit {code}\n{output}" for name, code, output in stack.exports if code != 0]
     assert not failed, "\n".join(failed)
@@ -303,10 +296,10 @@ def test_every_panel_of_every_rulvar_dashboard_shows_a_non_zero_value(stack: Sta
     for board_name, board in dashboards().items():
         if board_name in NOT_FROM_THE_CLI:
             for _, expr in panel_queries(board):
-                stack.query(_substitute(expr.replace("$service", ".*")))  # valid PromQL, no data here
+                stack.query(runnable(expr, WINDOW))  # valid PromQL, no data here
             continue
         for title, expr in panel_queries(board):
-            result = stack.query(_substitute(expr))
+            result = stack.query(runnable(expr, WINDOW))
             values = [float(sample["value"][1]) for sample in result]
             if not any(math.isfinite(v) and v != 0 for v in values):
                 empty.append(f"{board_name} / {title}: {expr} -> {values}")
@@ -318,7 +311,7 @@ def test_every_panel_of_every_rulvar_dashboard_shows_a_non_zero_value(stack: Sta
 def test_every_run_is_counted_once_and_plain_increase_would_have_missed_them(stack: Stack) -> None:
     # Every series was served at its final value by a process that lived a few seconds (each
     # process its own service_instance_id), so increase() alone sees almost nothing.
-    window = SUBSTITUTIONS["$__range"]
+    window = WINDOW
     counted = stack.query(f"sum({generator_module().counted('rulvar_runs_settled_total', window)})")
     plain = stack.query(f"sum(increase(rulvar_runs_settled_total[{window}]))")
     runs = len(stack.exports)  # one run:end per stream
