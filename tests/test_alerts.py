@@ -160,3 +160,12 @@ def test_non_failure_alerts_route_to_the_non_paging_receiver() -> None:
     assert routed.pop("RulvarQuotaThrottlingSaturated") == "capacity"
     assert routed.pop("RulvarSupersededTerminal") == "capacity"
     assert set(routed.values()) == {"page"}, routed
+
+
+def test_every_rule_counts_series_born_at_their_final_value() -> None:
+    # No bare rate(): every increase() sits in the born-series shape beside a last_over_time().
+    for rule in _rules():
+        expr = rule["expr"]
+        assert "rate(" not in expr, rule["alert"]
+        assert expr.count("increase(") == expr.count("last_over_time(") > 0, rule["alert"]
+        assert " offset " in expr and " unless " in expr, rule["alert"]
