@@ -204,6 +204,9 @@ METRIC_ORCHESTRATOR_SHARE: Final = "rulvar.orchestrator.share"
 METRIC_ABANDONED_COST: Final = "rulvar.plan.abandoned.cost"
 METRIC_RECLAIMED_COST: Final = "rulvar.plan.reclaimed.cost"
 METRIC_NET_LOST_COST: Final = "rulvar.plan.net_lost.cost"
+METRIC_INVOCATION_TOKEN_USAGE: Final = "rulvar.invocation.token.usage"
+METRIC_INVOCATION_DURATION: Final = "rulvar.invocation.duration"
+# Per provider request, by the GenAI conventions: recorded where the engine calls the provider.
 GEN_AI_CLIENT_TOKEN_USAGE: Final = "gen_ai.client.token.usage"
 GEN_AI_CLIENT_OPERATION_DURATION: Final = "gen_ai.client.operation.duration"
 
