@@ -251,7 +251,11 @@ def register(app: typer.Typer) -> None:
     @app.command("inspect")
     def inspect(
         stream: Annotated[
-            Path, typer.Argument(help="A JSONL event stream (one WorkflowEvent per line); '-' reads stdin.")
+            Path,
+            typer.Argument(
+                metavar="STREAM.jsonl|-",
+                help="A JSONL event stream (one WorkflowEvent per line); '-' reads stdin.",
+            ),
         ],
         as_json: Annotated[
             bool, typer.Option("--json", help="Print the readings as one JSON object.")
