@@ -269,3 +269,63 @@ def test_an_sse_line_over_the_limit_is_refused_before_it_grows() -> None:
     assert splitter.feed(b"data: " + b"x" * 1000) == []
     with pytest.raises(_OversizeError):
         splitter.feed(b"x" * 100)
+
+
+class _RepeatsFirstEvent(OneEventPerConnection):
+    resume = False
+
+
+class _EndlessLine(RulvarTestServer):
+    async def _events(self, rid: str, last: str | None, writer: asyncio.StreamWriter) -> None:
+        writer.write(HEAD + b"id: 0\ndata: ")
+        for _ in range(4096):
+            writer.write(b"y" * 65536)
+            await writer.drain()
+
+
+@pytest.mark.parametrize(
+    ("server_class", "reason"),
+    [
+        (Silent, "no response within 0.3 s"),
+        (HeadOnly, "ReadTimeout"),
+        (_RepeatsFirstEvent, "the server closed the stream before the run ended"),
+        (_EndlessLine, "a frame passed 1048576 bytes"),
+    ],
+)
+def test_tail_gives_up_on_each_hostile_server_within_its_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server_class: type[RulvarTestServer], reason: str
+) -> None:
+    import functools
+    import time
+
+    from rulvar_otel.cli import _tail
+
+    policy = functools.partial(
+        ReconnectPolicy, response_timeout_s=0.3, max_backoff_s=0.2, max_frame_bytes=1024 * 1024
+    )
+    monkeypatch.setattr(_tail, "ReconnectPolicy", policy)
+    run_id, run = served("minimal")
+    started = time.monotonic()
+    with serve_in_thread({}, server=server_class({run_id: run})) as server:
+        result = CliRunner().invoke(
+            app,
+            [
+                "tail",
+                "--server",
+                server.url,
+                "--run",
+                run_id,
+                "--out",
+                str(tmp_path / "spans.jsonl"),
+                "--progress",
+                "off",
+                "--max-attempts",
+                "3",
+                "--idle-timeout",
+                "0.3",
+            ],
+        )
+    elapsed = time.monotonic() - started
+    assert result.exit_code == 2, result.output
+    assert f"after 3 attempts without progress (last: {reason})" in result.stderr
+    assert elapsed < 15, elapsed
