@@ -307,3 +307,28 @@ def test_lines_name_an_agent_without_type_or_label_anon() -> None:
     lines = list(render_progress(events("orchestrate")))
     assert "agent (anon) started fake:model orchestrate" in lines
     assert not any(line.startswith("agent agent ") for line in lines)
+
+
+def test_a_huge_label_is_cut_in_every_progress_output() -> None:
+    from rich.console import Console
+
+    from rulvar_otel.cli._progress import MAX_LINE_CHARS
+
+    evs = events("minimal")
+    for event in evs:
+        if event["type"].startswith("agent:"):
+            event["label"] = "L" * 1_000_000
+    out = io.StringIO()
+    view = open_progress("lines", stream=out)
+    for event in evs:
+        view.feed(event)
+    view.close(None)
+    lines = out.getvalue().splitlines()
+    assert any("LLLL" in line for line in lines)
+    assert max(len(line) for line in lines) <= MAX_LINE_CHARS
+    state = ProgressState()
+    for event in evs:
+        state.apply(event)
+    tree = io.StringIO()
+    Console(file=tree, width=10_000).print(render_tree(state))
+    assert "LLLL" in tree.getvalue() and max(map(len, tree.getvalue().splitlines())) <= MAX_LINE_CHARS

@@ -51,6 +51,12 @@ _STATUS_STYLE: Final = {"ok": "green", "error": "red", "cancelled": "yellow", "e
 # Rows shown before the tree collapses settled agents into a count (a 1,000-agent run stays legible).
 _MAX_ROWS: Final = 40
 _BAR_WIDTH: Final = 12
+# One printed line at most this long: a hostile 200 MB label must not reach the terminal whole.
+MAX_LINE_CHARS: Final = 1000
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 1] + "…"
 
 
 class _ScopeTracker:
@@ -117,7 +123,7 @@ class _LinesView(ProgressView):
 
     def _write(self, lines: list[str]) -> None:
         if lines:
-            self._stream.write("".join(line + "\n" for line in lines))
+            self._stream.write("".join(_cut(line) + "\n" for line in lines))
             self._stream.flush()
 
     def feed(self, event: Mapping[str, Any]) -> None:
@@ -170,7 +176,7 @@ class _TtyView(ProgressView):
         self._closed = True
         self._live.stop()  # paints the final frame once more
         for line in summary_lines(self.state, outcome, self._masker):
-            self._console.print(Text(line), highlight=False)
+            self._console.print(Text(_cut(line)), highlight=False)
 
     def _renderable(self) -> RenderableType:
         with self._lock:
@@ -233,6 +239,8 @@ def render_tree(
     for _parent, items in roots:
         for kind, span_id in items:
             _render_node(state, kind, span_id, children_of, 1, lines, live_extra, now, set())
+    for line in lines:
+        line.truncate(MAX_LINE_CHARS, overflow="ellipsis")
     hidden = len(agents) - len(shown)
     if hidden:
         noun = "agent" if hidden == 1 else "agents"
