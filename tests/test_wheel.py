@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rulvar_otel.cli import app
-from rulvar_otel.cli._assets import AssetGroup, groups_of, iter_assets
+from rulvar_otel.cli._assets import AssetGroup, compose_mounts, groups_of, iter_assets
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSET_DIRS = ("dashboards", "collector_config")
@@ -173,7 +173,8 @@ def test_only_selects_a_group(tmp_path: Path, group: str, must: str, must_not: s
     assert result.exit_code == 0, result.output
     files = written(tmp_path)
     assert must in files and (must_not is None or must_not not in files)
-    assert all(AssetGroup(group) in groups_of(p) for p in files)
+    groups = {a.path: a.groups for a in iter_assets()}
+    assert set(files) == {p for p, g in groups.items() if AssetGroup(group) in g}
 
 
 def test_the_compose_group_holds_everything_the_compose_file_mounts() -> None:
@@ -189,6 +190,27 @@ def test_the_compose_group_holds_everything_the_compose_file_mounts() -> None:
 
 
 def test_every_asset_file_belongs_to_a_group() -> None:
+    assets = iter_assets()
+    assert [a.path for a in assets] == list(repo_assets())
+    assert all(a.groups for a in assets)
     # A file added under collector_config/ (say a builder manifest) ships and is selectable.
-    assert all(groups_of(path) for path in repo_assets())
-    assert groups_of("collector_config/builder/manifest.yaml") == {AssetGroup.collector}
+    mounts = compose_mounts((ROOT / "collector_config" / "compose.yaml").read_text())
+    assert groups_of("collector_config/builder/manifest.yaml", mounts) == {AssetGroup.collector}
+    assert "dashboards" in mounts and "collector_config/prometheus" in mounts
+
+
+def test_compose_mounts_are_read_from_the_compose_file() -> None:
+    text = """
+services:
+  a:
+    volumes:
+      - ./otelcol-agent.yaml:/etc/otelcol/config.yaml:ro
+      - "./jaeger/jaeger.yaml:/etc/jaeger.yaml"
+      - ../dashboards:/var/lib/grafana/dashboards:ro
+      - named-volume:/data
+"""
+    assert compose_mounts(text) == (
+        "collector_config/otelcol-agent.yaml",
+        "collector_config/jaeger/jaeger.yaml",
+        "dashboards",
+    )

@@ -16,6 +16,7 @@ are left alone.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -28,7 +29,16 @@ from typing import Annotated, Final
 
 import typer
 
-__all__ = ["Asset", "AssetGroup", "iter_assets", "register", "select_assets", "write_assets"]
+__all__ = [
+    "Asset",
+    "AssetGroup",
+    "compose_mounts",
+    "groups_of",
+    "iter_assets",
+    "register",
+    "select_assets",
+    "write_assets",
+]
 
 EXIT_CONFLICT: Final = 2
 _ROOTS: Final = ("dashboards", "collector_config")
@@ -43,52 +53,58 @@ class AssetGroup(StrEnum):
     compose = "compose"
 
 
-# What the compose stack mounts (besides compose.yaml itself): it needs these to come up.
-_COMPOSE_MOUNTS: Final = (
-    "collector_config/otelcol-agent.yaml",
-    "collector_config/prometheus/",
-    "collector_config/alertmanager/",
-    "collector_config/tempo/",
-    "collector_config/grafana/",
-    "dashboards/",
-)
+COMPOSE_FILE: Final = "collector_config/compose.yaml"
 _ALERTS: Final = ("collector_config/prometheus/alerts", "collector_config/alertmanager/")
-_STACK_ONLY: Final = (
-    "collector_config/compose.yaml",
-    "collector_config/prometheus/",
-    "collector_config/tempo/",
-    "collector_config/grafana/",
-)
+# A relative bind mount in the compose file: "- ./prometheus:/etc/prometheus:ro".
+_MOUNT = re.compile(r"""^\s*-\s*["']?(\.{1,2}/[^:"'\s]+)\s*:""", re.M)
 
 
-def groups_of(path: str) -> frozenset[AssetGroup]:
-    """The groups a repository-relative asset path belongs to."""
+def compose_mounts(compose_text: str) -> tuple[str, ...]:
+    """The repository-relative paths the compose file bind-mounts (files or directories)."""
+    base = PurePosixPath(COMPOSE_FILE).parent
+    mounts: list[str] = []
+    for source in _MOUNT.findall(compose_text):
+        parts: list[str] = list(base.parts)
+        for part in PurePosixPath(source).parts:
+            if part == "..":
+                if parts:
+                    parts.pop()
+            elif part != ".":
+                parts.append(part)
+        mounts.append("/".join(parts))
+    return tuple(mounts)
+
+
+def groups_of(path: str, mounts: tuple[str, ...] = ()) -> frozenset[AssetGroup]:
+    """The groups a repository-relative asset path belongs to.
+
+    ``mounts``: what the compose file mounts (:func:`compose_mounts`); the compose group is the
+    compose file and all of those, so ``--only compose`` writes a stack that comes up.
+    """
     groups: set[AssetGroup] = set()
     if path.startswith("dashboards/"):
         groups.add(AssetGroup.dashboards)
     if path.startswith(_ALERTS):
         groups.add(AssetGroup.alerts)
-    if path == "collector_config/compose.yaml" or path.startswith(_COMPOSE_MOUNTS):
+    mounted = any(path == m or path.startswith(m + "/") for m in mounts)
+    if path == COMPOSE_FILE or mounted:
         groups.add(AssetGroup.compose)
-    if (
-        path.startswith("collector_config/")
-        and not path.startswith(_ALERTS)
-        and not path.startswith(_STACK_ONLY)
-    ):
-        groups.add(AssetGroup.collector)  # collector configs, builder manifest, anything new there
+    if path.startswith("collector_config/") and path != COMPOSE_FILE and not path.startswith(_ALERTS):
+        # Collector configs, the builder manifest, and anything else added there; the stack's
+        # Prometheus, Tempo and Grafana provisioning are the compose group's alone.
+        stack_only = mounted and not path.startswith("collector_config/otelcol")
+        if not stack_only:
+            groups.add(AssetGroup.collector)
     return frozenset(groups)
 
 
 @dataclass(frozen=True)
 class Asset:
-    """One shipped file: its repository-relative path and where to read it."""
+    """One shipped file: its repository-relative path, where to read it, and its groups."""
 
     path: str
     source: Traversable
-
-    @property
-    def groups(self) -> frozenset[AssetGroup]:
-        return groups_of(self.path)
+    groups: frozenset[AssetGroup]
 
     def read_bytes(self) -> bytes:
         return self.source.read_bytes()
@@ -102,25 +118,27 @@ def _asset_root() -> Traversable:
     return Path(__file__).resolve().parents[2]
 
 
-def _walk(node: Traversable, prefix: PurePosixPath) -> Iterator[Asset]:
+def _walk(node: Traversable, prefix: PurePosixPath) -> Iterator[tuple[str, Traversable]]:
     for child in sorted(node.iterdir(), key=lambda c: c.name):
         if child.name.startswith(".") or child.name == "__pycache__":
             continue
         if child.is_dir():
             yield from _walk(child, prefix / child.name)
         elif child.is_file():
-            yield Asset(str(prefix / child.name), child)
+            yield str(prefix / child.name), child
 
 
 def iter_assets() -> list[Asset]:
     """Every shipped asset, sorted by path."""
     root = _asset_root()
-    found: list[Asset] = []
+    found: dict[str, Traversable] = {}
     for top in _ROOTS:
         node = root / top
         if node.is_dir():
-            found.extend(_walk(node, PurePosixPath(top)))
-    return sorted(found, key=lambda a: a.path)
+            found.update(_walk(node, PurePosixPath(top)))
+    compose = found.get(COMPOSE_FILE)
+    mounts = compose_mounts(compose.read_text(encoding="utf-8")) if compose is not None else ()
+    return [Asset(path, found[path], groups_of(path, mounts)) for path in sorted(found)]
 
 
 def select_assets(assets: Iterable[Asset], only: Iterable[AssetGroup] = ()) -> list[Asset]:
