@@ -204,7 +204,7 @@ OnlyOption = Annotated[
     list[AssetGroup] | None,
     typer.Option(
         "--only",
-        metavar="GROUP",
+        metavar="dashboards|alerts|collector|compose",
         help="Only this group: dashboards, alerts, collector or compose (the stack and all it mounts). "
         "Repeatable.",
         case_sensitive=False,
