@@ -287,3 +287,26 @@ def test_a_text_stream_with_a_bad_utf8_byte_exports_through_the_api(tmp_path: Pa
     events_, problems = read_jsonl_events(io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
     assert events_ == events("tools") and [p.line_number for p in problems] == [4]
     assert export_events(events_, TracerProvider().get_tracer("t")) > 0
+
+
+def test_the_cli_exports_a_stream_with_a_byte_order_mark_whole(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from rulvar_otel.cli import app
+
+    stream = tmp_path / "bom.jsonl"
+    stream.write_bytes(b"\xef\xbb\xbf" + (STREAMS / "minimal.jsonl").read_bytes())
+    out = tmp_path / "spans.jsonl"
+    result = CliRunner().invoke(
+        app, ["export", str(stream), "--out", str(out), "--progress", "off", "--no-tree"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "skipped" not in result.stderr and "line 1" not in result.stderr
+    names = [
+        span["name"]
+        for line in out.read_text().splitlines()
+        for rs in json.loads(line)["resourceSpans"]
+        for ss in rs["scopeSpans"]
+        for span in ss["spans"]
+    ]
+    assert "run review" in names  # line 1, the run:start, was kept
