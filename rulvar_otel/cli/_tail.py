@@ -182,7 +182,8 @@ def tail_command(
         _err(_terminal_facts_line(handle))
     if stats.reconnects or stats.duplicates_dropped:
         _err(
-            f"followed the run over {stats.connections} connections: {_plural(stats.delivered, 'event')}, "
+            f"followed the run over {_plural(stats.connections, 'connection')}: "
+            f"{_plural(stats.delivered, 'event')}, "
             f"{_plural(stats.duplicates_dropped, 'duplicate')} dropped"
         )
     if stats.suspended_stops:
