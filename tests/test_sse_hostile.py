@@ -253,21 +253,21 @@ async def test_a_closed_port_is_given_up_on_with_bounded_waits() -> None:
 
 @pytest.mark.parametrize("ending", [b"\n", b"\r\n", b"\r"])
 def test_sse_lines_split_the_same_at_every_chunk_boundary(ending: bytes) -> None:
-    from rulvar_otel.sources.sse import _LineSplitter
+    from rulvar_otel.sources._sse_lines import LineSplitter
 
     expected = [": note", "id: 1", 'data: {"a": "\u00e9"}', "", "data: x", ""]
     text = b"".join(line.encode() + ending for line in expected)
     for cut in range(len(text) + 1):
-        splitter = _LineSplitter(1024)
+        splitter = LineSplitter(1024)
         assert splitter.feed(text[:cut]) + splitter.feed(text[cut:]) == expected, cut
 
 
 def test_an_sse_line_over_the_limit_is_refused_before_it_grows() -> None:
-    from rulvar_otel.sources.sse import _LineSplitter, _OversizeError
+    from rulvar_otel.sources._sse_lines import LineSplitter, OversizeLineError
 
-    splitter = _LineSplitter(1024)
+    splitter = LineSplitter(1024)
     assert splitter.feed(b"data: " + b"x" * 1000) == []
-    with pytest.raises(_OversizeError):
+    with pytest.raises(OversizeLineError):
         splitter.feed(b"x" * 100)
 
 

@@ -32,7 +32,6 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Final, Literal
 from urllib.parse import quote, urlsplit
 
@@ -42,6 +41,8 @@ import orjson
 from rulvar_otel.core.handle import EventLike, RecordedRunHandle, RunOutcome, outcome_from_run_end
 from rulvar_otel.core.masking import SecretMasker, default_masker, sanitize_terminal_text
 from rulvar_otel.errors import ConfigError, RunNotFoundError, SourceError
+from rulvar_otel.sources._sse_lines import LineSplitter, OversizeLineError
+from rulvar_otel.sources._terminal_facts import terminal_facts_events, ulid_time
 from rulvar_otel.sources.jsonl import check_envelope
 
 __all__ = [
@@ -53,6 +54,8 @@ __all__ = [
     "fetch_run_status",
     "follow_server_run",
     "outcome_from_status",
+    "terminal_facts_events",
+    "ulid_time",
 ]
 
 NoteKind = Literal[
@@ -67,7 +70,6 @@ _GAP = re.compile(r"starts at seq (\d+)|(\d+) earlier events? (?:were|was) dropp
 # (20); reconnect with Last-Event-ID to continue") and the older "slow consumer" wording.
 _SLOW_CONSUMER = re.compile(r"maxpendingeventsperclient|pending frames reached|slow[ -]consumer")
 _HEARTBEAT = re.compile(r"[\s.:]*(?:heartbeat|ping|keep-?alive|hb)?[\s\d:.tz+-]*")
-_LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
 @dataclass(frozen=True)
@@ -198,122 +200,6 @@ async def fetch_run_status(
     if not isinstance(body, dict):
         raise SourceError(f"GET /runs/{run_id} on {server} did not answer a JSON object")
     return body
-
-
-_CROCKFORD: Final = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-_ULID = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")
-# Rulvar names a run's root span s0 (every segment of a resumed run keeps it as the anchor).
-ROOT_SPAN_ID: Final = "s0"
-
-
-def ulid_time(run_id: str) -> datetime | None:
-    """The creation time a ULID run id encodes (its first 48 bits, milliseconds), else None."""
-    if not _ULID.fullmatch(run_id):
-        return None
-    millis = 0
-    for char in run_id[:10]:
-        millis = millis * 32 + _CROCKFORD.index(char)
-    return datetime.fromtimestamp(millis / 1000, UTC)
-
-
-def _iso_ms(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
-def _status_time(body: Mapping[str, Any], key: str) -> datetime | None:
-    value = body.get(key)
-    if not isinstance(value, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else None
-
-
-def terminal_facts_events(
-    run_id: str, outcome: RunOutcome, status: Mapping[str, Any] | None = None
-) -> tuple[list[dict[str, Any]], str | None]:
-    """A run span's worth of events built from ``GET /runs/:id`` alone, and where its time came from.
-
-    A run that is not live in the server's process never streams an event, but its terminal facts
-    (status, envelope, completion) are still worth a span. The pair uses the run's own root span
-    id (``s0``), so under deterministic ids the span has the id a full export of the run gives.
-    Only facts the server gave are used: the status body's ``startedAt``/``endedAt`` when it
-    carries them, else the creation time a ULID run id encodes (the span then has no duration:
-    nothing dates the run's end). When no fact dates the run, no events are built and the time
-    source is ``None``: a span stamped with the moment of reading would be invented.
-    """
-    body = status or {}
-    started = _status_time(body, "startedAt")
-    source = "status" if started is not None else None
-    if started is None and (started := ulid_time(run_id)) is not None:
-        source = "run id"
-    if started is None:
-        return [], None
-    ended = _status_time(body, "endedAt")
-    if ended is None or ended < started:
-        ended = started
-    extra = outcome.model_extra or {}
-    workflow = extra.get("workflow")
-    base = {"runId": run_id, "spanId": ROOT_SPAN_ID}
-    end: dict[str, Any] = {
-        **base,
-        "seq": 1,
-        "ts": _iso_ms(ended),
-        "type": "run:end",
-        "status": outcome.status,
-    }
-    envelope = outcome.envelope
-    if isinstance(envelope, Mapping):
-        end["envelope"] = dict(envelope)
-        if isinstance(total := envelope.get("totalUsd"), int | float):
-            end["totalUsd"] = total
-        if not isinstance(workflow, str) and isinstance(envelope.get("workflow"), str):
-            workflow = envelope["workflow"]
-    if outcome.completion is not None:
-        end["completion"] = outcome.completion
-    start = {**base, "seq": 0, "ts": _iso_ms(started), "type": "run:start", "workflow": workflow}
-    start["resumed"] = False
-    return [start, end], source
-
-
-class _OversizeError(Exception):
-    """One SSE line or frame passed :attr:`ReconnectPolicy.max_frame_bytes`."""
-
-
-class _LineSplitter:
-    """SSE lines from raw bytes (LF, CRLF or CR ends a line), each at most ``limit`` bytes.
-
-    Decoded as UTF-8 with replacement, as the SSE specification says. A partial line longer
-    than the limit raises :class:`_OversizeError` before it can grow further.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._partial = bytearray()
-        self._after_cr = False
-
-    def feed(self, chunk: bytes) -> list[str]:
-        lines: list[str] = []
-        position = 0
-        if self._after_cr and chunk[:1] == b"\n":
-            position = 1  # the LF of a CRLF split across two chunks
-        self._after_cr = False
-        partial = self._partial
-        for match in _LINE_END.finditer(chunk, position):
-            partial += chunk[position : match.start()]
-            if len(partial) > self._limit:
-                raise _OversizeError
-            lines.append(partial.decode("utf-8", "replace"))
-            partial.clear()
-            position = match.end()
-            if match.group() == b"\r" and position == len(chunk):
-                self._after_cr = True
-        partial += chunk[position:]
-        if len(partial) > self._limit:
-            raise _OversizeError
-        return lines
 
 
 class _DisconnectError(Exception):
@@ -574,7 +460,7 @@ class ServerRunHandle:
                         f"GET {path} on {self._server} did not answer an event stream "
                         f"(content-type {sanitize_terminal_text(content_type)[:80]!r})"
                     )
-                lines = _LineSplitter(policy.max_frame_bytes)
+                lines = LineSplitter(policy.max_frame_bytes)
                 data: list[str] = []
                 data_bytes = 0
                 try:
@@ -610,10 +496,10 @@ class ServerRunHandle:
                                 value = value.removeprefix(" ")
                                 data_bytes += len(value) + 1
                                 if data_bytes > policy.max_frame_bytes:
-                                    raise _OversizeError
+                                    raise OversizeLineError
                                 data.append(value)
                             # id, event and retry: the seq inside the data is the cursor.
-                except _OversizeError:
+                except OversizeLineError:
                     self._note(
                         "oversize",
                         f"a frame passed {policy.max_frame_bytes} bytes; dropped the connection",
