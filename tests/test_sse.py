@@ -524,3 +524,14 @@ async def test_hostile_notes_are_masked_and_sanitized() -> None:
     comment = next(n for n in handle.notes if n.kind == "comment")
     assert "\x1b" not in comment.text and "\x07" not in comment.text and "sk-abc" not in comment.text
     assert [n.kind for n in handle.notes] == ["comment", "bad-frame"]
+
+
+async def test_not_live_and_still_running_elsewhere_is_said_so_not_exported() -> None:
+    run_id, run = served("minimal", live=False)
+    run.status = {"runId": run_id, "status": "running", "live": False}
+    async with serve({run_id: run}) as server:
+        handle = follow_server_run(server.url, run_id, policy=FAST)
+        got = await drain(handle)
+        with pytest.raises(SourceError, match="running in another process, not live on"):
+            await handle.result
+    assert got == [] and not handle.stats.terminal_facts_only

@@ -406,6 +406,12 @@ class ServerRunHandle:
             outcome = outcome_from_status(body)
             if outcome.status != "running":
                 return outcome, body
+            if self.stats.not_live and self.stats.delivered == 0:
+                # In flight in another process: nothing settled to export, and nothing failed.
+                return SourceError(
+                    f"run {self._run_id!r} is running in another process, not live on {self._server}: "
+                    "nothing to export until it settles (tail the server that holds it)"
+                ), body
         except RunNotFoundError:
             raise
         except SourceError:
