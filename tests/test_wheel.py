@@ -159,6 +159,16 @@ def test_the_installed_command_refuses_to_overwrite_a_changed_file(
     assert written(out) == repo_assets()
 
 
+def test_writing_again_changes_nothing_and_says_so(tmp_path: Path) -> None:
+    runner = CliRunner()
+    assert runner.invoke(app, ["assets", "write", str(tmp_path)]).exit_code == 0
+    mtimes = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
+    again = runner.invoke(app, ["assets", "write", str(tmp_path)])
+    assert again.exit_code == 0
+    assert again.stdout == f"nothing to write under {tmp_path}: {len(mtimes)} files already identical\n"
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()} == mtimes
+
+
 @pytest.mark.parametrize(
     ("group", "must", "must_not"),
     [

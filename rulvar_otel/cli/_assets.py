@@ -246,15 +246,19 @@ def write_command(
         for path in report.conflicts:
             print(f"rulvar-otel: {directory / path} differs from the shipped file", file=sys.stderr)
         print(
-            f"rulvar-otel: error: wrote nothing: {_plural(len(report.conflicts), 'file')} would be "
-            "overwritten (pass --force to replace them)",
+            f"rulvar-otel: error: wrote nothing: {_plural(len(report.conflicts), 'changed file')} "
+            "would be overwritten (pass --force to replace)",
             file=sys.stderr,
         )
         raise typer.Exit(EXIT_CONFLICT)
-    print(
-        f"wrote {_plural(len(report.written), 'file')} under {directory}"
-        + (f" ({len(report.unchanged)} already identical)" if report.unchanged else "")
-    )
+    same = f"{_plural(len(report.unchanged), 'file')} already identical"
+    if not report.written:
+        print(f"nothing to write under {directory}: {same}")
+    else:
+        print(
+            f"wrote {_plural(len(report.written), 'file')} under {directory}"
+            + (f" ({same})" if report.unchanged else "")
+        )
 
 
 def register(parent: typer.Typer) -> None:
