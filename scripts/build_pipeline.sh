@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the pipeline's two Go programs once and caches them outside the repo:
-#   - otelcol-rulvar: our collector distribution, from collector_config/build/otelcol-rulvar.yaml
+#   - otelcol-rulvar: our collector distribution, from collector_config/builder/otelcol-rulvar.yaml
 #     with the OpenTelemetry Collector Builder;
-#   - jaeger: the Jaeger v2 binary, from the tool module in collector_config/build/jaeger/.
+#   - jaeger: the Jaeger v2 binary, from the tool module in collector_config/builder/jaeger/.
 # Each binary is keyed by a hash of what defines it (manifest or go.mod + go.sum), so an edit
 # rebuilds and an unchanged tree reuses the cache. Prints OTELCOL_BIN=<path> and JAEGER_BIN=<path>
 # on stdout; progress goes to stderr. Without a Go toolchain of the needed version it fails (exit 1)
@@ -15,8 +15,8 @@ ROOT="$PWD"
 
 GO_NEEDED="1.26.0"               # the go directive of the collector v0.161.0 and Jaeger v1.76.0 modules
 BUILDER_VERSION="v0.161.0"       # = the collector release every component in the manifest is at
-MANIFEST="$ROOT/collector_config/build/otelcol-rulvar.yaml"
-JAEGER_MODULE="$ROOT/collector_config/build/jaeger"
+MANIFEST="$ROOT/collector_config/builder/otelcol-rulvar.yaml"
+JAEGER_MODULE="$ROOT/collector_config/builder/jaeger"
 CACHE="${RULVAR_OTEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rulvar-otel}"
 what="${1:-all}"
 

@@ -1,7 +1,7 @@
 """Checks of the collector, Prometheus, Alertmanager, Grafana and compose configs.
 
 Field-level validation is real: the collector distribution built from
-collector_config/build/otelcol-rulvar.yaml (scripts/build_pipeline.sh) runs `validate` on every
+collector_config/builder/otelcol-rulvar.yaml (scripts/build_pipeline.sh) runs `validate` on every
 shipped collector config, and on a config with a misspelled key, which it must reject. The
 structural checks below add what validation cannot know: that the manifest lists exactly the
 components the configs use, all at one release, the pipeline wiring, and every attribute a rule
@@ -26,7 +26,7 @@ from tests.test_alerts import require_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "collector_config"
-MANIFEST = CONFIG / "build" / "otelcol-rulvar.yaml"
+MANIFEST = CONFIG / "builder" / "otelcol-rulvar.yaml"
 OTELCOL_FILES = ("otelcol-agent.yaml", "otelcol-gateway-loadbalancer.yaml", "otelcol-gateway-sampler.yaml")
 # The one collector release of the distribution (core v0.161.0 pairs with the v1.67.0 modules),
 # and the Jaeger release (v1.76.0 is the Go module of the Jaeger v2.13.0 binary and image).
@@ -280,7 +280,7 @@ def test_grafana_provisioning_and_compose_agree() -> None:
 
 
 def _manifest_modules() -> dict[str, dict[str, str]]:
-    manifest = _load("build/otelcol-rulvar.yaml")
+    manifest = _load("builder/otelcol-rulvar.yaml")
     modules: dict[str, dict[str, str]] = {}
     for section in (*SECTIONS, "providers"):
         entries = [entry["gomod"].split() for entry in manifest.get(section) or []]
@@ -306,11 +306,11 @@ def test_every_module_is_at_the_one_release() -> None:
         for path, version in entries.items():
             stable_core = section == "providers"
             assert version == f"v{CORE_STABLE if stable_core else RELEASE}", (path, version)
-    manifest = _load("build/otelcol-rulvar.yaml")
+    manifest = _load("builder/otelcol-rulvar.yaml")
     assert manifest["dist"]["version"] == RELEASE
     script = (ROOT / "scripts" / "build_pipeline.sh").read_text(encoding="utf-8")
     assert f'BUILDER_VERSION="v{RELEASE}"' in script
-    jaeger_mod = (CONFIG / "build" / "jaeger" / "go.mod").read_text(encoding="utf-8")
+    jaeger_mod = (CONFIG / "builder" / "jaeger" / "go.mod").read_text(encoding="utf-8")
     assert f"github.com/jaegertracing/jaeger {JAEGER_MODULE}" in jaeger_mod
     assert "tool github.com/jaegertracing/jaeger/cmd/jaeger" in jaeger_mod
 
