@@ -166,6 +166,8 @@ class JaegerSpan:
     name: str
     kind: int
     status_code: int
+    start_ns: int
+    end_ns: int
     attributes: dict[str, Any]
     events: list[tuple[str, dict[str, Any]]]
     resource: dict[str, Any]
@@ -227,6 +229,8 @@ def otlp_json_spans(document: dict[str, Any]) -> Iterator[JaegerSpan]:
                     name=span["name"],
                     kind=_kind(span.get("kind", 0)),
                     status_code=_status(span.get("status")),
+                    start_ns=int(span.get("startTimeUnixNano", 0)),
+                    end_ns=int(span.get("endTimeUnixNano", 0)),
                     attributes=otlp_attributes(span.get("attributes")),
                     events=[
                         (e["name"], otlp_attributes(e.get("attributes"))) for e in span.get("events", [])

@@ -145,8 +145,9 @@ def _send_synthetic(endpoint: str) -> dict[str, set[str]]:
 
 
 def _export(stream: str, endpoint: str, service: str) -> str:
+    path = str(STREAMS / f"{stream}.jsonl")
     result = subprocess.run(
-        [RULVAR_OTEL, "export", str(STREAMS / f"{stream}.jsonl"), "--endpoint", endpoint,
+        [RULVAR_OTEL, "export", path, "--endpoint", endpoint, "--protocol", "grpc",
          "--deterministic-ids", "--service-name", service, "--progress", "off", "--no-tree"],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip

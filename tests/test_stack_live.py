@@ -76,8 +76,8 @@ def test_up_demo_status_down(stack_env: dict[str, str], tmp_path: Path) -> None:
     assert _lines(again.stdout) == found
 
     demo = subprocess.run(
-        [RULVAR_OTEL, "demo", "--endpoint", found["OTLP_ENDPOINT"], "--service-name", "rulvar-stack-demo",
-         "--progress", "off", "--no-tree", "--journal", str(tmp_path / "journal")],
+        [RULVAR_OTEL, "demo", "--endpoint", found["OTLP_ENDPOINT"], "--protocol", "grpc", "--no-tree",
+         "--service-name", "rulvar-stack-demo", "--progress", "off", "--journal", str(tmp_path / "journal")],
         capture_output=True, text=True, timeout=180, check=False,
     )  # fmt: skip
     assert demo.returncode == 0, demo.stderr
