@@ -44,15 +44,16 @@ version_at_least() { # $1 >= $2, both dotted numbers
 
 require_go() {
   GO_BIN="$(find_go)"
-  [ -n "$GO_BIN" ] || fail "no Go toolchain found: Go $GO_NEEDED or newer is needed to build the" \
-    "collector (otelcol-rulvar $BUILDER_VERSION) and Jaeger v1.76.0; install it (e.g. to" \
-    "/usr/local/go) or set GO=/path/to/go"
+  [ -n "$GO_BIN" ] && [ -x "$GO_BIN" ] || fail "no Go toolchain found${GO:+ at GO=$GO}: Go $GO_NEEDED or" \
+    "newer is needed to build the collector (otelcol-rulvar $BUILDER_VERSION) and Jaeger v1.76.0;" \
+    "install it (e.g. to /usr/local/go) or set GO=/path/to/go"
   local have
   have="$("$GO_BIN" env GOVERSION 2>/dev/null | sed 's/^go//')" || have=""
   [ -n "$have" ] || fail "'$GO_BIN env GOVERSION' failed: Go $GO_NEEDED or newer is needed"
   version_at_least "${have%%[!0-9.]*}" "$GO_NEEDED" ||
     fail "Go $have at $GO_BIN is too old: Go $GO_NEEDED or newer is needed"
-  export PATH="$(dirname "$GO_BIN"):$PATH"
+  PATH="$(dirname "$GO_BIN"):$PATH"
+  export PATH
 }
 
 hash_of() { cat "$@" | sha256sum | cut -c1-16; }

@@ -51,9 +51,9 @@ port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 healthy() {
   case "$1" in
-    otelcol) curl -fsS -o /dev/null "http://127.0.0.1:$HEALTH/" ;;
-    jaeger) curl -fsS -o /dev/null "http://127.0.0.1:$JAEGER_UI/api/services" ;;
-    prometheus) curl -fsS -o /dev/null "http://127.0.0.1:$PROMETHEUS/-/ready" ;;
+    otelcol) curl -fs -o /dev/null "http://127.0.0.1:$HEALTH/" ;;
+    jaeger) curl -fs -o /dev/null "http://127.0.0.1:$JAEGER_UI/api/services" ;;
+    prometheus) curl -fs -o /dev/null "http://127.0.0.1:$PROMETHEUS/-/ready" ;;
   esac
 }
 
