@@ -6,6 +6,8 @@
 #                             print OTLP_ENDPOINT=..., JAEGER_URL=..., PROMETHEUS_URL=...
 #   scripts/stack.sh status   say what runs (exit 0 when all three do, 1 otherwise)
 #   scripts/stack.sh down     stop what `up` started (and nothing else)
+#   scripts/stack.sh trace [SERVICE]   print the newest trace of SERVICE (default rulvar) from
+#                             Jaeger's API as a span tree
 # Ports (env, defaults): RULVAR_STACK_OTLP_GRPC_PORT 4317, RULVAR_STACK_OTLP_HTTP_PORT 4318,
 #   RULVAR_STACK_METRICS_PORT 8889 (the collector's Prometheus exporter), RULVAR_STACK_HEALTH_PORT
 #   13133, RULVAR_STACK_JAEGER_PORT 16686 (UI and query API), RULVAR_STACK_JAEGER_GRPC_PORT 16685,
@@ -197,8 +199,9 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   status) status ;;
+  trace) python3 "$ROOT/scripts/jaeger_trace.py" "http://127.0.0.1:$JAEGER_UI" "${@:2}" ;;
   *)
-    echo "usage: scripts/stack.sh up|down|status" >&2
+    echo "usage: scripts/stack.sh up|down|status|trace [SERVICE]" >&2
     exit 2
     ;;
 esac

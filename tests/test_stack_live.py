@@ -88,6 +88,14 @@ def test_up_demo_status_down(stack_env: dict[str, str], tmp_path: Path) -> None:
         return response.is_success and len(response.json()["data"][0]["spans"]) > 3
 
     wait_for(f"the demo trace {trace_id} in Jaeger", trace_in_jaeger, timeout=60, interval=1.0)
+    stored = httpx.get(f"{found['JAEGER_URL']}/api/traces/{trace_id}", timeout=5).json()
+    spans = len(stored["data"][0]["spans"])
+    tree = _stack(stack_env, "trace", "rulvar-stack-demo")
+    assert tree.returncode == 0, tree.stderr
+    lines = tree.stdout.splitlines()
+    assert lines[0].startswith(f"trace {trace_id}: {spans} spans of service rulvar-stack-demo")
+    assert len(lines) == spans + 1 and lines[1].startswith("run ")
+    assert sum(line.startswith("  ") for line in lines[1:]) == spans - 1  # one root, the rest below it
 
     def spanmetrics_in_prometheus() -> bool:
         query = 'traces_span_metrics_calls_total{service_name="rulvar-stack-demo"}'
