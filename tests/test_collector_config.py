@@ -223,9 +223,10 @@ def test_tail_sampling_keeps_errors_and_unsettled_terminals() -> None:
                 assert policy[kind]["key"] in SPAN_ATTRIBUTES, policy
 
 
-def test_promtool_check_config() -> None:
+@pytest.mark.parametrize("name", ["prometheus.yml", "prometheus-local.yml"])
+def test_promtool_check_config(name: str) -> None:
     result = subprocess.run(
-        [require_tool("promtool"), "check", "config", "prometheus.yml"],
+        [require_tool("promtool"), "check", "config", name],
         cwd=CONFIG / "prometheus",
         capture_output=True,
         text=True,
@@ -365,3 +366,39 @@ def test_validation_rejects_a_misspelled_key(
     result = _validate(binaries().otelcol, broken)
     assert result.returncode != 0
     assert complaint in result.stdout + result.stderr
+
+
+def test_the_local_prometheus_scrapes_the_agent_on_loopback() -> None:
+    local = _load("prometheus/prometheus-local.yml")
+    jobs = {job["job_name"]: job for job in local["scrape_configs"]}
+    agent_port = _load("otelcol-agent.yaml")["exporters"]["prometheus"]["endpoint"].rsplit(":", 1)[1]
+    assert jobs["otelcol-agent"]["static_configs"][0]["targets"] == [f"127.0.0.1:{agent_port}"]
+    assert jobs["otelcol-agent"]["honor_labels"] is True
+    shipped = {job["job_name"]: job for job in _load("prometheus/prometheus.yml")["scrape_configs"]}
+    assert set(jobs) == set(shipped) and local["rule_files"] == ["alerts.yml"]
+
+
+def test_tempo_receives_what_the_collectors_send_it() -> None:
+    """Tempo is not run by the tests (AGPL builds): its config is checked structurally only."""
+    tempo = _load("tempo/tempo.yaml")
+    grpc = tempo["distributor"]["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]
+    for name in ("otelcol-agent.yaml", "otelcol-gateway-sampler.yaml"):
+        exporter = _load(name)["exporters"]["otlp_grpc/tempo"]
+        assert exporter["endpoint"] == f"tempo:{grpc.rsplit(':', 1)[1]}"
+        assert exporter["tls"]["insecure"] is True
+    assert tempo["storage"]["trace"]["backend"] == "local"
+    assert _load("compose.yaml")["services"]["tempo"]["image"].startswith("grafana/tempo:")
+
+
+def test_jaeger_config_keeps_every_address_on_loopback_and_movable() -> None:
+    jaeger = _load("jaeger/jaeger.yaml")
+    addresses = [
+        jaeger["extensions"]["healthcheckv2"]["http"]["endpoint"],
+        jaeger["extensions"]["jaeger_query"]["http"]["endpoint"],
+        jaeger["extensions"]["jaeger_query"]["grpc"]["endpoint"],
+        *(p["endpoint"] for p in jaeger["receivers"]["otlp"]["protocols"].values()),
+    ]
+    for address in addresses:
+        assert re.fullmatch(r"\$\{env:JAEGER_[A-Z_]+_ENDPOINT:-127\.0\.0\.1:\d+\}", address), address
+    assert jaeger["service"]["telemetry"]["metrics"]["level"] == "none"  # :8888 stays free
+    assert "memory" in jaeger["extensions"]["jaeger_storage"]["backends"]["memstore"]
