@@ -28,6 +28,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from tests._fixtures import STREAMS
 from tests._pipeline import (
+    BUILD_TIMEOUT_S,
     CONFIG,
     Jaeger,
     JaegerSpan,
@@ -41,7 +42,7 @@ from tests._pipeline import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.live, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.live, pytest.mark.timeout(BUILD_TIMEOUT_S)]
 
 RULVAR_OTEL = str(Path(sys.executable).with_name("rulvar-otel"))
 # Span counts of the streams as rulvar-otel maps them (large: every one of its 8,021 spans).

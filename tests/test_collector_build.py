@@ -12,7 +12,11 @@ import os
 import subprocess
 from pathlib import Path
 
-from tests._pipeline import ROOT, binaries
+import pytest
+
+from tests._pipeline import BUILD_TIMEOUT_S, ROOT, binaries
+
+pytestmark = pytest.mark.timeout(BUILD_TIMEOUT_S)
 
 SCRIPT = ROOT / "scripts" / "build_pipeline.sh"
 GO_NEEDED = "Go 1.26.0 or newer is needed"

@@ -21,7 +21,7 @@ import yaml
 
 from rulvar_otel.core.masking import DEFAULT_SECRET_PATTERNS
 from rulvar_otel.otel import semconv as sc
-from tests._pipeline import binaries
+from tests._pipeline import BUILD_TIMEOUT_S, binaries
 from tests.test_alerts import require_tool
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -326,17 +326,20 @@ def _validate(binary: Path, config: Path, *extra: str) -> subprocess.CompletedPr
     )
 
 
+@pytest.mark.timeout(BUILD_TIMEOUT_S)
 @pytest.mark.parametrize("name", OTELCOL_FILES)
 def test_the_built_collector_validates_every_shipped_config(name: str) -> None:
     result = _validate(binaries().otelcol, CONFIG / name)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.timeout(BUILD_TIMEOUT_S)
 def test_jaeger_validates_its_config() -> None:
     result = _validate(binaries().jaeger, CONFIG / "jaeger" / "jaeger.yaml")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.timeout(BUILD_TIMEOUT_S)
 @pytest.mark.parametrize(
     ("name", "old", "new", "complaint"),
     [

@@ -30,6 +30,7 @@ from opentelemetry.trace import Status, StatusCode, set_span_in_context
 
 from tests._fixtures import STREAMS
 from tests._pipeline import (
+    BUILD_TIMEOUT_S,
     CONFIG,
     Jaeger,
     JaegerSpan,
@@ -41,7 +42,7 @@ from tests._pipeline import (
     write_yaml,
 )
 
-pytestmark = [pytest.mark.live, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.live, pytest.mark.timeout(BUILD_TIMEOUT_S)]
 
 RULVAR_OTEL = str(Path(sys.executable).with_name("rulvar-otel"))
 SAMPLER_TAG = "rulvar.collector.sampler"

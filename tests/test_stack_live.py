@@ -17,9 +17,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests._pipeline import ROOT, binaries, free_port, wait_for
+from tests._pipeline import BUILD_TIMEOUT_S, ROOT, binaries, free_port, wait_for
 
-pytestmark = [pytest.mark.live, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.live, pytest.mark.timeout(BUILD_TIMEOUT_S)]
 
 STACK = ROOT / "scripts" / "stack.sh"
 RULVAR_OTEL = str(Path(sys.executable).with_name("rulvar-otel"))
