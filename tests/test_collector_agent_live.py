@@ -48,8 +48,6 @@ RULVAR_OTEL = str(Path(sys.executable).with_name("rulvar-otel"))
 # Span counts of the streams as rulvar-otel maps them (large: every one of its 8,021 spans).
 STREAM_SPANS = {"tools": 17, "nested": 10, "large": 8021}
 JAEGER_WARNINGS = "@jaeger@warnings"
-# The join ids the agent's redaction leaves alone (its ignored_keys).
-IGNORED_IDS = {"rulvar.run_id", "rulvar.tool.call_id", "gen_ai.tool.call.id"}
 
 
 @dataclass
@@ -110,20 +108,9 @@ def _sent_spans(stream: str, tmp: Path, service: str) -> list[JaegerSpan]:
     return [span for line in lines if line.strip() for span in otlp_json_spans(json.loads(line))]
 
 
-def _unmarked(got: dict[str, Any], sent: dict[str, Any]) -> dict[str, Any]:
-    """`got` without the redaction processor's marks, which must say it only skipped join ids."""
-    marks = {k: v for k, v in got.items() if k.startswith("redaction.")}
-    ids = IGNORED_IDS & set(sent)
-    assert marks == ({"redaction.ignored.count": len(ids)} if ids else {}), marks
-    return {k: v for k, v in got.items() if k not in marks}
-
-
-def _events(events: list[tuple[str, dict[str, Any]]], *, received: bool) -> list[str]:
-    """Events as comparable strings, in a fixed order; `received` ones lose the redaction marks."""
-    return sorted(
-        json.dumps([name, _unmarked(attributes, attributes) if received else attributes], sort_keys=True)
-        for name, attributes in events
-    )
+def _events(events: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Events as comparable strings, in a fixed order."""
+    return sorted(json.dumps([name, attributes], sort_keys=True) for name, attributes in events)
 
 
 def _whole_trace(jaeger: Jaeger, trace_id: str, expected: int) -> list[JaegerSpan]:
@@ -166,8 +153,8 @@ def test_jaeger_returns_each_exported_trace_whole(agent: Agent, stream: str) -> 
     assert len(roots) == 1 and roots[0].name.startswith("run ")
     assert all(span.parent_span_id in by_id for span in got if span is not roots[0])
 
-    # Attributes and events arrive unchanged: every key, every value. The collector's redaction
-    # masked nothing of ours; its only mark is the count of the join ids it leaves alone.
+    # Attributes and events arrive unchanged: every key, every value, and no redaction.* marks
+    # (the collector's redaction finds nothing to mask in our spans).
     for span_id, want in expected.items():
         have = by_id[span_id]
         attributes = dict(have.attributes)
@@ -178,9 +165,9 @@ def test_jaeger_returns_each_exported_trace_whole(agent: Agent, stream: str) -> 
             assert "Negative duration" in attributes.pop(JAEGER_WARNINGS)[0], want.name
         else:
             assert (have.start_ns, have.end_ns) == (want.start_ns, want.end_ns), want.name
-        assert _unmarked(attributes, want.attributes) == want.attributes, want.name
+        assert attributes == want.attributes, want.name
         # Jaeger orders events by time; events of the same millisecond may change places.
-        assert _events(have.events, received=True) == _events(want.events, received=False), want.name
+        assert _events(have.events) == _events(want.events), want.name
     keys = {k for span in got for k in span.attributes}
     assert any(k.startswith("gen_ai.") for k in keys) and any(k.startswith("rulvar.") for k in keys)
     assert any(span.events for span in got)
@@ -200,7 +187,7 @@ def test_the_collector_masks_credentials_and_drops_content_keys(agent: Agent) ->
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     span = provider.get_tracer("probe").start_span("agent researcher loop")
     span.set_attribute("rulvar.agent_type", "researcher")
-    span.set_attribute("rulvar.run_id", "run-with-" + secret)  # an ignored key: ids stay as they are
+    span.set_attribute("rulvar.run_id", "run-with-" + secret)
     span.set_attribute("gen_ai.prompt", "summarise the quarterly report")
     span.set_attribute("gen_ai.input.messages", '[{"role": "user"}]')
     span.set_attribute("rulvar.note", f"retrying with key {secret} now")
@@ -219,13 +206,13 @@ def test_the_collector_masks_credentials_and_drops_content_keys(agent: Agent) ->
     assert attributes["rulvar.note"] == "retrying with key **** now"
     assert attributes["http.request.header.authorization"] == "****"
     assert attributes["rulvar.agent_type"] == "researcher"
-    assert attributes["rulvar.run_id"] == "run-with-" + secret  # a join key: ignored by design
+    assert attributes["rulvar.run_id"] == "run-with-****"
     ((event_name, event_attributes),) = got.events
     assert event_name == "log" and event_attributes["message"] == "****"
     assert "quarterly report" not in json.dumps(got.attributes) + json.dumps(got.events)
     # summary: info counts what was done on the span itself.
-    assert attributes["redaction.masked.count"] == 4
-    assert attributes["redaction.ignored.count"] == 1
+    assert attributes["redaction.masked.count"] == 5
+    assert "redaction.ignored.count" not in attributes
 
 
 # --- span metrics ------------------------------------------------------------------------------
