@@ -52,7 +52,6 @@ class JournalEntry(BaseModel):
     data: dict[str, Any] = Field(default_factory=dict[str, Any])
 
 
-
 @runtime_checkable
 class JournalStore(Protocol):
     """Where journals live. ``append`` assigns nothing: the engine numbers entries itself."""
