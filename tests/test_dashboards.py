@@ -186,7 +186,7 @@ def test_the_spanmetrics_panels_are_found_for_the_collector_tests() -> None:
 
 def test_spanmetrics_names_match_the_shipped_connector_config() -> None:
     config = yaml.safe_load((ROOT / "collector_config" / "otelcol-agent.yaml").read_text(encoding="utf-8"))
-    connector = config["connectors"]["spanmetrics"]
+    connector = config["connectors"]["span_metrics"]
     assert connector.get("namespace") == SPAN_METRICS_NAMESPACE
     assert connector.get("histogram", {}).get("unit", "ms") == SPAN_METRICS_DURATION_UNIT
     assert [d["name"] for d in connector["dimensions"]] == list(SPAN_METRICS_DIMENSIONS)
