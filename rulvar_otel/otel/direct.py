@@ -231,11 +231,13 @@ def export_events_direct(
     id_generator: IdGenerator | None = None,
     limits: SpanLimits | None = None,
     sinks: Sequence[Sink] = (),
+    conventions: Iterable[str] = semconv.DEFAULT_CONVENTIONS,
 ) -> int:
     """Map a recorded stream straight onto ``exporters`` (no tracer); returns the spans created.
 
     Every span is exported before this returns (the exporters are shut down). ``sinks`` are fed
-    the same pass (a metrics aggregator, say; give it the same ``masker``). A bad ``patterns``
+    the same pass (a metrics aggregator, say; give it the same ``masker``); ``conventions`` as
+    for :func:`~rulvar_otel.otel.exporter.create_mapper`. A bad ``patterns``
     raises ``ConfigError`` before anything is exported; an exception raised by ``events`` is
     raised again once every span ended.
     """
@@ -243,7 +245,8 @@ def export_events_direct(
         masker = compile_secret_masker(patterns)
     targets = [exporters] if isinstance(exporters, SpanExporter) else list(exporters)
     sink = DirectSpanSink(targets, resource=resource)
-    mapper = SpanMapper(sink.tracer(id_generator=id_generator, limits=limits), masker, run_id=run_id)
+    tracer = sink.tracer(id_generator=id_generator, limits=limits)
+    mapper = SpanMapper(tracer, masker, run_id=run_id, conventions=conventions)
     try:
         drained = drain_events(events, mapper, *sinks, outcome=outcome)
     finally:

@@ -1,4 +1,11 @@
-"""``to_otel`` and ``export_events``: a run's event stream in, OTel spans (and metrics) out."""
+"""``to_otel`` and ``export_events``: a run's event stream in, OTel spans (and metrics) out.
+
+What each event becomes is the contract in ``docs/otel-mapping.md``. Both drain the run through
+:mod:`rulvar_otel.core.drain` (one place reads the source and settles the outcome), into a
+:class:`SpanMapper` and, with a ``meter``, a metrics recorder beside it. Spans go either through
+the host's ``tracer`` or, with ``exporter=``, straight to SDK span exporters on the direct path
+(:mod:`rulvar_otel.otel.direct`).
+"""
 
 from __future__ import annotations
 
@@ -12,9 +19,27 @@ from opentelemetry.trace import Tracer
 from rulvar_otel.core.drain import Sink, drain, drain_events
 from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome
 from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
+from rulvar_otel.errors import ConfigError
+from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel._mapper import SpanMapper
 
 __all__ = ["create_mapper", "export_events", "to_otel"]
+
+
+def _conventions(conventions: Iterable[str] | None) -> frozenset[str]:
+    """The optional conventions asked for; ``None`` means the default set (OpenInference on)."""
+    if conventions is None:
+        return sc.DEFAULT_CONVENTIONS
+    if isinstance(conventions, str):
+        conventions = (conventions,)
+    chosen = frozenset(conventions)
+    unknown = sorted(chosen - sc.CONVENTIONS)
+    if unknown:
+        raise ConfigError(
+            f"unknown convention(s) {', '.join(map(repr, unknown))}; known: "
+            f"{', '.join(sorted(sc.CONVENTIONS))} (pass conventions=() for none)"
+        )
+    return chosen
 
 
 def create_mapper(
@@ -23,20 +48,28 @@ def create_mapper(
     patterns: Sequence[str] | None = None,
     run_id: str | None = None,
     masker: SecretMasker | None = None,
+    conventions: Iterable[str] | None = None,
 ) -> SpanMapper:
     """A :class:`SpanMapper` for incremental feeding (a :class:`~rulvar_otel.core.drain.Sink`).
 
-    Raises :class:`~rulvar_otel.errors.ConfigError` for a bad pattern before any span exists.
+    ``conventions`` picks the optional attribute sets beside the OpenTelemetry ones: ``None``
+    (the default) means ``{"openinference"}``; ``()`` switches them off. Raises
+    :class:`~rulvar_otel.errors.ConfigError` for a bad pattern or an unknown convention before any
+    span exists. Metrics are a sink of their own (``MetricsRecorder``), fed by the same drain.
     """
+    chosen = _conventions(conventions)
     masker = masker if masker is not None else compile_secret_masker(patterns)
-    return SpanMapper(tracer, masker, run_id=run_id)
+    return SpanMapper(tracer, masker, run_id=run_id, conventions=chosen)
 
 
 def _sinks(
-    tracer: Tracer, patterns: Sequence[str] | None, meter: Meter | None, run_id: str | None
+    tracer: Tracer,
+    masker: SecretMasker,
+    meter: Meter | None,
+    run_id: str | None,
+    conventions: frozenset[str],
 ) -> tuple[SpanMapper, list[Sink]]:
-    masker = compile_secret_masker(patterns)
-    mapper = SpanMapper(tracer, masker, run_id=run_id)
+    mapper = SpanMapper(tracer, masker, run_id=run_id, conventions=conventions)
     sinks: list[Sink] = [mapper]
     if meter is not None:
         from rulvar_otel.otel.metrics import MetricsRecorder
@@ -54,6 +87,7 @@ def export_events(
     patterns: Sequence[str] | None = None,
     meter: Meter | None = None,
     run_id: str | None = None,
+    conventions: Iterable[str] | None = None,
 ) -> int:
     """Map a recorded stream onto spans (and metrics when ``meter`` is given) in one pass.
 
@@ -61,27 +95,29 @@ def export_events(
     processors) and ``exporter`` (the direct path: finished spans go straight to one or more SDK
     ``SpanExporter`` objects, in batches, without a provider; every span is exported before this
     returns). ``outcome`` is how the run settled (an exception for a rejected result); without
-    one, the run counts as ok exactly when its ``run:end`` says ``ok`` and is settled. Returns the
-    number of spans created. Never raises for a strange event; a bad ``patterns`` raises
-    ``ConfigError`` before any span exists, and an exception raised by ``events`` itself is raised
-    again once every span has ended.
+    one, the run counts as ok exactly when its ``run:end`` says ``ok`` and is settled.
+    ``conventions`` as for :func:`create_mapper` (``()`` drops ``openinference.span.kind``).
+    Returns the number of spans created. Never raises for a strange event; a bad ``patterns`` or
+    ``conventions`` raises ``ConfigError`` before any span exists, and an exception raised by
+    ``events`` itself is raised again once every span has ended.
     """
     if (tracer is None) == (exporter is None):
         raise TypeError("export_events needs exactly one of tracer= and exporter=")
+    chosen = _conventions(conventions)
+    masker = compile_secret_masker(patterns)
     if exporter is not None:
         from rulvar_otel.otel.direct import export_events_direct
 
-        masker = compile_secret_masker(patterns)
         extra: list[Sink] = []
         if meter is not None:
             from rulvar_otel.otel.metrics import MetricsRecorder
 
             extra.append(MetricsRecorder(meter, masker))
         return export_events_direct(
-            events, exporter, outcome=outcome, masker=masker, run_id=run_id, sinks=extra
+            events, exporter, outcome=outcome, masker=masker, run_id=run_id, sinks=extra, conventions=chosen
         )
     assert tracer is not None
-    mapper, sinks = _sinks(tracer, patterns, meter, run_id)
+    mapper, sinks = _sinks(tracer, masker, meter, run_id, chosen)
     drained = drain_events(events, *sinks, outcome=outcome)
     if drained.source_error is not None:
         raise drained.source_error
@@ -95,6 +131,7 @@ async def to_otel(
     exporter: SpanExporter | Sequence[SpanExporter] | None = None,
     patterns: Sequence[str] | None = None,
     meter: Meter | None = None,
+    conventions: Iterable[str] | None = None,
 ) -> int:
     """Drain ``run.events`` into spans (and metrics on ``meter``), then settle on ``run.result``.
 
@@ -102,10 +139,12 @@ async def to_otel(
     never fails the export: it only refuses green to spans that had to be ended without a closer.
     As for :func:`export_events`, give ``tracer`` (the host's provider) or ``exporter`` (the
     direct path: each span goes out in a batch soon after it ends; all of them before this
-    returns). Returns the number of spans created.
+    returns); ``conventions`` as for :func:`create_mapper`. Returns the number of spans created.
     """
     if (tracer is None) == (exporter is None):
         raise TypeError("to_otel needs exactly one of tracer= and exporter=")
+    chosen = _conventions(conventions)
+    masker = compile_secret_masker(patterns)
     run_id: str | None
     try:
         run_id = run.run_id or None
@@ -116,13 +155,13 @@ async def to_otel(
 
         direct = DirectSpanSink([exporter] if isinstance(exporter, SpanExporter) else list(exporter))
         try:
-            mapper, sinks = _sinks(direct.tracer(), patterns, meter, run_id)
+            mapper, sinks = _sinks(direct.tracer(), masker, meter, run_id, chosen)
             await drain(run, *sinks)
         finally:
             # Flushing waits for the exporters (bounded by their timeouts): off the event loop.
             await asyncio.to_thread(direct.shutdown)
         return mapper.span_count
     assert tracer is not None
-    mapper, sinks = _sinks(tracer, patterns, meter, run_id)
+    mapper, sinks = _sinks(tracer, masker, meter, run_id, chosen)
     await drain(run, *sinks)
     return mapper.span_count
