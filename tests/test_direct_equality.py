@@ -48,7 +48,13 @@ def _sdk_request(name: str, limits: SpanLimits) -> ExportTraceServiceRequest:
     memory = InMemorySpanExporter()
     provider = TracerProvider(resource=_RESOURCE, span_limits=limits, id_generator=RulvarIdGenerator())
     provider.add_span_processor(SimpleSpanProcessor(memory))
-    export_events(events(name), provider.get_tracer(semconv.INSTRUMENTATION_SCOPE), outcome=outcome(name))
+    export_events(
+        events(name),
+        provider.get_tracer(
+            semconv.INSTRUMENTATION_SCOPE, semconv.INSTRUMENTATION_VERSION, schema_url=semconv.SCHEMA_URL
+        ),
+        outcome=outcome(name),
+    )
     return encode_spans(memory.get_finished_spans())
 
 
@@ -123,7 +129,14 @@ def _sdk_request_of(stream: list[dict[str, Any]], settled: Any) -> ExportTraceSe
     memory = InMemorySpanExporter()
     provider = TracerProvider(resource=_RESOURCE, span_limits=_UNLIMITED, id_generator=RulvarIdGenerator())
     provider.add_span_processor(SimpleSpanProcessor(memory))
-    export_events(stream, provider.get_tracer(semconv.INSTRUMENTATION_SCOPE), outcome=settled, run_id="r1")
+    export_events(
+        stream,
+        provider.get_tracer(
+            semconv.INSTRUMENTATION_SCOPE, semconv.INSTRUMENTATION_VERSION, schema_url=semconv.SCHEMA_URL
+        ),
+        outcome=settled,
+        run_id="r1",
+    )
     return encode_spans(memory.get_finished_spans())
 
 

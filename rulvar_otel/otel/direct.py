@@ -41,6 +41,7 @@ from rulvar_otel.otel._records import RecordingTracer, SpanRecord
 
 __all__ = [
     "DEFAULT_MAX_BATCH",
+    "DEFAULT_SCOPE",
     "DirectSpanSink",
     "export_events_direct",
     "grpc_span_exporter",
@@ -53,6 +54,10 @@ DEFAULT_SCHEDULE_DELAY_S: Final = 1.0
 # Batches waiting for the exporters; a producer beyond this waits (memory stays bounded).
 DEFAULT_MAX_QUEUE_BATCHES: Final = 8
 _STOP: Final = object()
+# The scope the CLI's SDK tracer reports, so both paths name the same instrumentation.
+DEFAULT_SCOPE: Final = InstrumentationScope(
+    semconv.INSTRUMENTATION_SCOPE, semconv.INSTRUMENTATION_VERSION, semconv.SCHEMA_URL
+)
 
 
 class DirectSpanSink:
@@ -79,7 +84,7 @@ class DirectSpanSink:
             resource
             if resource is not None
             else Resource.create({SERVICE_NAME: semconv.DEFAULT_SERVICE_NAME}),
-            scope if scope is not None else InstrumentationScope(semconv.INSTRUMENTATION_SCOPE),
+            scope if scope is not None else DEFAULT_SCOPE,
         )
         self._exporters = tuple(exporters)
         self.delivered = [0] * len(self._exporters)
