@@ -1,0 +1,72 @@
+"""Several runs in one stream: one span mapper (and metrics sink) per run id, each settled on its own.
+
+Events are routed by ``runId``, so two runs in one stream become two traces even when they reuse
+span ids. At the end each run settles with its own outcome: the handle's for the run it names
+(or for the only run), the last ``run:end`` for the others. Both export pipelines (SDK spans and
+the direct path) route through :class:`RunRouter`; only the tracer differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from opentelemetry.trace import Tracer
+
+from rulvar_otel.core.drain import Sink
+from rulvar_otel.core.handle import RunOutcome, outcome_from_run_end
+from rulvar_otel.core.masking import SecretMasker
+from rulvar_otel.otel._mapper import SpanMapper
+from rulvar_otel.otel.exporter import create_mapper
+
+__all__ = ["RunRouter"]
+
+
+class RunRouter:
+    """Feeds each event to its run's mapper (and metrics sink); :meth:`finish` settles every run."""
+
+    def __init__(
+        self,
+        tracer: Tracer,
+        masker: SecretMasker,
+        *,
+        conventions: Iterable[str] | None = None,
+        metrics: Callable[[], Sink] | None = None,
+    ) -> None:
+        self._tracer = tracer
+        self._masker = masker
+        self._conventions = conventions
+        self._metrics = metrics
+        self._runs: dict[str, tuple[SpanMapper, Sink | None]] = {}
+        self._last_run_id = ""
+
+    @property
+    def run_ids(self) -> tuple[str, ...]:
+        return tuple(self._runs)
+
+    def feed(self, event: Mapping[str, Any]) -> None:
+        rid = event.get("runId")
+        if not isinstance(rid, str):
+            rid = self._last_run_id
+        self._last_run_id = rid
+        run = self._runs.get(rid)
+        if run is None:
+            # Each run id gets its own mapper, hence its own trace: interleaved runs never merge.
+            mapper = create_mapper(
+                self._tracer, masker=self._masker, run_id=rid, conventions=self._conventions
+            )
+            run = self._runs[rid] = (mapper, self._metrics() if self._metrics is not None else None)
+        run[0].feed(event)
+        if run[1] is not None:
+            run[1].feed(event)
+
+    def finish(self, outcome: RunOutcome | BaseException | None, primary_run_id: str) -> int:
+        """Settle every run (see the module docstring); returns the spans created."""
+        spans = 0
+        single = len(self._runs) == 1
+        for rid, (mapper, metrics) in self._runs.items():
+            own = outcome if single or rid == primary_run_id else outcome_from_run_end(mapper.last_run_end)
+            spans += int(mapper.finish(own))
+            if metrics is not None:
+                metrics.finish(own)
+        return spans
