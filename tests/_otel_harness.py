@@ -1,4 +1,4 @@
-"""A deterministic in-memory OTel pipeline for tests: spans in start order, fixed ids."""
+"""Test views over :mod:`rulvar_otel.testing`: an ``Export`` with index helpers, ``ev`` and time helpers."""
 
 from __future__ import annotations
 
@@ -7,42 +7,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanLimits, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from rulvar_otel.core.handle import EventLike, RunOutcome, handle_from_events
 from rulvar_otel.otel import to_otel
+from rulvar_otel.testing import CountingIdGenerator as CountingIds
+from rulvar_otel.testing import SpanRecorder as Recorder
 
-
-class CountingIds(IdGenerator):
-    """Sequential ids: runs of a test are reproducible byte for byte."""
-
-    def __init__(self) -> None:
-        self._span = 0
-        self._trace = 0
-
-    def generate_span_id(self) -> int:
-        self._span += 1
-        return self._span
-
-    def generate_trace_id(self) -> int:
-        self._trace += 1
-        return self._trace
-
-
-class Recorder(SpanProcessor):
-    """Keeps every span in start order, and the ended ones."""
-
-    def __init__(self) -> None:
-        self.started: list[Span] = []
-        self.ended: list[ReadableSpan] = []
-
-    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        self.started.append(span)
-
-    def on_end(self, span: ReadableSpan) -> None:
-        self.ended.append(span)
+__all__ = ["CountingIds", "Export", "Recorder", "ev", "export", "ms", "provider", "t"]
 
 
 @dataclass

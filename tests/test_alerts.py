@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.test_metrics_streams import assert_reads_only_the_registry
+from tests._metric_streams import assert_reads_only_the_registry
 
 PROMETHEUS_DIR = Path(__file__).resolve().parents[1] / "collector_config" / "prometheus"
 ALERTS = PROMETHEUS_DIR / "alerts.yml"

@@ -15,28 +15,27 @@ from opentelemetry.sdk.trace import TracerProvider
 from typer.testing import CliRunner
 
 from rulvar_otel.cli import app
-from rulvar_otel.cli._common import EXIT_EXPORT_FAILED, EXIT_OK, EXIT_USAGE, ExportOptions, export_run
+from rulvar_otel.cli._common import EXIT_OK, EXIT_USAGE, options_from_cli
 from rulvar_otel.cli._tree import format_duration_ns, render_span_tree
 from rulvar_otel.core.handle import handle_from_events
 from rulvar_otel.errors import ConfigError
-from rulvar_otel.otel._otlp_json import (
+from rulvar_otel.export import (
+    ExportOptions,
+    FailureKind,
     OtlpJsonFileExporter,
+    export_run,
     iter_otlp_json_file,
     parse_otlp_json_line,
     spans_to_otlp_json,
 )
 from tests._fixtures import REFERENCE, STREAMS, events
-from tests.test_otlp_delivery import OTEL_ENV, reference_span_count
+from tests.test_otlp_delivery import reference_span_count
 
 DEFAULT_FILE = "rulvar-traces.otlp.jsonl"
 SECRET = "sk-ant-PLANTEDSECRETVALUE0123456789abcdef"
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in OTEL_ENV:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
+pytestmark = pytest.mark.usefixtures("otel_env_cleared")
 
 
 def run_cli(*args: str, stdin: bytes | None = None) -> tuple[int, str, str]:
@@ -255,6 +254,7 @@ def test_many_malformed_lines_print_a_bounded_number_of_diagnostics(tmp_path: Pa
     ("args", "message"),
     [
         (["--protocol", "http/json"], "--protocol must be grpc or http/protobuf"),
+        (["--prometheus-linger", "-1"], "--prometheus-linger must be a non-negative number"),
         (["--header", "novalue"], "KEY=VALUE"),
         (["--pattern", "("], "patterns[0] is not a valid Python regular expression"),
         (["--pattern", ""], "patterns[0] is empty"),
@@ -282,43 +282,35 @@ def test_input_errors_exit_2(tmp_path: Path) -> None:
     assert code == 2  # click's own usage error: missing argument
 
 
-def test_export_failure_is_exit_1_through_the_shared_function(tmp_path: Path) -> None:
-    if not Path("/dev/full").exists():
-        pytest.skip("needs Linux /dev/full to fail writes")
-    stderr = io.StringIO()
-    result = export_run(
-        handle_from_events(events("minimal")),
-        ExportOptions(out=Path("/dev/full"), progress="off", tree=False),
-        stderr=stderr,
+def test_a_failed_destination_is_a_delivery_failure_in_the_report() -> None:
+    report = export_run(handle_from_events(events("minimal")), ExportOptions(out=Path("/dev/full")))
+    assert report.failed(FailureKind.DELIVERY) and not report.ok
+    assert report.delivery is not None and not report.delivery.ok
+    (failure,) = report.failures
+    assert failure.message.startswith("4 of 4 spans were not delivered to file /dev/full")
+
+
+def test_export_run_reports_spans_events_and_one_trace_as_data(tmp_path: Path) -> None:
+    report = export_run(
+        handle_from_events(events("nested")), ExportOptions(out=tmp_path / "n.jsonl"), keep_spans=True
     )
-    assert result.exit_code == EXIT_EXPORT_FAILED
-    assert result.report is not None and not result.report.ok
-    assert "export failed: 4 of 4 spans were not delivered to file /dev/full" in stderr.getvalue()
+    assert report.ok and report.failures == ()
+    assert report.spans == len(spans_in(tmp_path / "n.jsonl")) == len(report.kept_spans)
+    assert report.events == len(events("nested"))
+    assert len(report.trace_ids) == 1 and report.run_ids == (events("nested")[0]["runId"],)
+    assert report.delivery is not None and report.delivery.ok
+    assert report.destinations == (f"file {tmp_path / 'n.jsonl'}",)
+    assert report.outcome is not None and not report.interrupted
 
 
-def test_export_run_reports_spans_events_and_one_trace(tmp_path: Path) -> None:
-    stdout, stderr = io.StringIO(), io.StringIO()
-    result = export_run(
-        handle_from_events(events("nested")),
-        ExportOptions(out=tmp_path / "n.jsonl", progress="off"),
-        stdout=stdout,
-        stderr=stderr,
-    )
-    assert result.exit_code == EXIT_OK
-    assert result.spans == len(spans_in(tmp_path / "n.jsonl"))
-    assert result.events == len(events("nested"))
-    assert len(result.trace_ids) == 1
-    assert result.report is not None and result.report.ok
-    assert stdout.getvalue().startswith("✓ run ")  # tree printed: no endpoint configured
-    assert result.outcome is not None
-
-
-def test_export_options_from_cli_validates() -> None:
-    options = ExportOptions.from_cli(header=["A=1", "b = two"], pattern=["acct-[0-9]+"])
+def test_options_from_cli_validate_and_name_the_flag() -> None:
+    options = options_from_cli(header=["A=1", "b = two"], pattern=["acct-[0-9]+"]).export
     assert dict(options.headers) == {"a": "1", "b": "two"}
     assert options.patterns == ("acct-[0-9]+",)
-    with pytest.raises(ConfigError, match="--prometheus-port"):
-        ExportOptions.from_cli(prometheus_port=70000)
+    with pytest.raises(ConfigError, match="--prometheus-port must be a TCP port"):
+        options_from_cli(prometheus_port=70000)
+    with pytest.raises(ConfigError, match=r"^Prometheus port must be a TCP port"):
+        ExportOptions(prometheus_port=70000)
 
 
 # --- terminal safety and masking in the printed output ----------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from rulvar_otel.otel.metrics import REGISTRY
-from tests.test_metrics_streams import assert_reads_only_the_registry
+from tests._metric_streams import assert_reads_only_the_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARDS = ROOT / "dashboards"

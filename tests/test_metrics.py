@@ -20,7 +20,7 @@ from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel.metrics import REGISTRY, MetricsRecorder, definition, record_metrics
 from rulvar_otel.otel.metrics.registry import FINISH, InstrumentKind
 from tests._fixtures import events, outcome
-from tests.test_metrics_streams import (
+from tests._metric_streams import (
     adaptive_outcome,
     adaptive_stream,
     attrs,

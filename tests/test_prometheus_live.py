@@ -26,13 +26,14 @@ import httpx
 import pytest
 import yaml
 
-from rulvar_otel.otel.metrics import REGISTRY, MetricsPipeline, MetricsSetup, build_meter_provider
+from rulvar_otel.export import MetricsPipeline, MetricsSetup, build_meter_provider
+from rulvar_otel.otel.metrics import REGISTRY
 from tests._fixtures import events, outcome
+from tests._metric_streams import adaptive_outcome, adaptive_stream, feed, unsettled_quota_stream
 from tests.test_alerts import ALERTS, require_tool
 from tests.test_dashboards import dashboards, panel_queries
-from tests.test_metrics_streams import adaptive_outcome, adaptive_stream, feed, unsettled_quota_stream
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.live, pytest.mark.timeout(120)]
 
 FIXTURE_STREAMS = (
     "minimal",

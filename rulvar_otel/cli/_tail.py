@@ -13,16 +13,16 @@ an unknown run, or a server that could not be followed.
 from __future__ import annotations
 
 import dataclasses
-import sys
 from typing import Annotated
 
 import typer
 
 from rulvar_otel.cli._common import (
+    EXIT_INTERRUPTED,
     EXIT_USAGE,
-    ExportOptions,
-    export_run,
-    terminal_safe,
+    CommandOptions,
+    run_export,
+    say,
     with_export_options,
 )
 from rulvar_otel.core.masking import compile_secret_masker
@@ -39,10 +39,6 @@ _NOTE_LABEL = {
     "bad-frame": "skipped a frame",
     "comment": "server note",
 }
-
-
-def _err(text: str) -> None:
-    print(f"rulvar-otel: {terminal_safe(text)}", file=sys.stderr, flush=True)
 
 
 @with_export_options
@@ -81,35 +77,39 @@ def tail_command(
         ),
     ] = None,
     *,
-    options: ExportOptions,
+    options: CommandOptions,
 ) -> None:
     """Follow a run on a Rulvar server over SSE and export it live as one OpenTelemetry trace."""
     options = dataclasses.replace(options, ceiling_usd=ceiling_usd)
     try:
         policy = ReconnectPolicy(max_attempts=max_attempts, read_timeout_s=idle_timeout)
-        masker = compile_secret_masker(options.patterns or None)
+        masker = compile_secret_masker(options.export.patterns or None)
 
         def on_note(note: SseNote) -> None:
             # The note text is already masked and sanitized by the source.
-            _err(f"{_NOTE_LABEL[note.kind]}: {note.text}")
+            say(f"{_NOTE_LABEL[note.kind]}: {note.text}")
 
         handle = follow_server_run(
             server, run, until_suspended=until_suspended, policy=policy, masker=masker, on_note=on_note
         )
     except ConfigError as exc:
-        _err(f"error: {exc}")
+        say(f"error: {exc}")
         raise typer.Exit(EXIT_USAGE) from None
 
-    result = export_run(handle, options)
+    try:
+        code, _ = run_export(handle, options)
+    except KeyboardInterrupt:
+        say("interrupted twice; the export was abandoned")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     stats = handle.stats
     if stats.reconnects or stats.duplicates_dropped:
-        _err(
+        say(
             f"followed run over {stats.connections} connections; {stats.delivered} events, "
             f"{stats.duplicates_dropped} duplicates dropped"
         )
     if stats.suspended_stops:
-        _err("stopped at the run's suspension (--until-suspended); tail again to follow its resumption")
-    raise typer.Exit(result.exit_code)
+        say("stopped at the run's suspension (--until-suspended); tail again to follow its resumption")
+    raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,13 +1,19 @@
-"""A MeterProvider built from options: OTLP push (gRPC or HTTP) and/or a Prometheus pull endpoint.
+"""Metrics delivery: a MeterProvider pushing OTLP (gRPC or HTTP) and/or serving Prometheus.
 
 Everything that talks to the network is bounded: the OTLP exporters get a timeout, periodic
-export has an export timeout, and shutdown flushes within a bounded time.
+export has an export timeout, and shutdown flushes within a bounded time. Every OTLP export's
+result is kept, so a refused, hanging or failing endpoint is reported by
+:meth:`MetricsPipeline.shutdown` instead of being logged and forgotten. A Prometheus port that
+cannot be bound is a :class:`~rulvar_otel.errors.ConfigError` (a usage problem, found before
+the run is read).
 """
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 from urllib.parse import urlparse
@@ -16,14 +22,22 @@ from wsgiref.simple_server import WSGIServer
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import Meter
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricExportResult,
+    MetricReader,
+    MetricsData,
+    PeriodicExportingMetricReader,
+)
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from prometheus_client import CollectorRegistry, start_http_server
 
-from rulvar_otel.errors import ConfigError, ExportError
+from rulvar_otel.errors import ConfigError
+from rulvar_otel.export._options import ExportOptions
+from rulvar_otel.export._settings import read_headers, read_millis, resolve_protocol
 from rulvar_otel.otel.semconv import DEFAULT_SERVICE_NAME, INSTRUMENTATION_SCOPE
 
-__all__ = ["MetricsPipeline", "MetricsSetup", "build_meter_provider"]
+__all__ = ["MetricsPipeline", "MetricsSetup", "build_meter_provider", "build_metrics_delivery"]
 
 Protocol = Literal["grpc", "http/protobuf"]
 
@@ -52,19 +66,75 @@ class MetricsSetup:
     service_name: str = DEFAULT_SERVICE_NAME
 
 
+class _TrackedMetricExporter(MetricExporter):
+    """Keeps every export's result: a metrics endpoint that fails is reported, not just logged."""
+
+    def __init__(self, inner: MetricExporter, target: str) -> None:
+        super().__init__(
+            preferred_temporality=inner._preferred_temporality,
+            preferred_aggregation=inner._preferred_aggregation,
+        )
+        self._inner = inner
+        self.target = target
+        self.exports = 0
+        self.failures = 0
+        self.error: str | None = None
+
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
+        self.exports += 1
+        try:
+            result = self._inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - a failed export, never a crash
+            result = MetricExportResult.FAILURE
+            self.error = type(exc).__name__
+        if result is not MetricExportResult.SUCCESS:
+            self.failures += 1
+            self.error = self.error or "the endpoint refused the metrics or did not answer in time"
+        return result
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        self._inner.shutdown(timeout_millis=timeout_millis, **kwargs)
+
+
 @dataclass(slots=True)
 class MetricsPipeline:
-    """A built provider and what it started; ``shutdown()`` flushes and stops it (bounded)."""
+    """A built provider and what it started; ``shutdown()`` flushes and stops it (bounded).
+
+    After ``shutdown()``, :attr:`problems` holds one sentence per destination that failed.
+    """
 
     provider: MeterProvider
     timeout_s: float
     prometheus_port: int | None = None
     _server: WSGIServer | None = None
     _thread: threading.Thread | None = None
+    _exporter: _TrackedMetricExporter | None = None
+    prometheus_host: str = "127.0.0.1"
+    problems: list[str] = field(default_factory=list)
 
     @property
     def meter(self) -> Meter:
         return self.provider.get_meter(INSTRUMENTATION_SCOPE)
+
+    @property
+    def prometheus_url(self) -> str | None:
+        if self.prometheus_port is None:
+            return None
+        host = f"[{self.prometheus_host}]" if ":" in self.prometheus_host else self.prometheus_host
+        return f"http://{host}:{self.prometheus_port}/metrics"
+
+    def linger(self, seconds: float, *, stop: Callable[[], bool] = lambda: False) -> None:
+        """Keep the Prometheus endpoint serving ``seconds`` longer (``stop`` ends the wait early)."""
+        if self._server is None or seconds <= 0:
+            return
+        deadline = time.monotonic() + seconds
+        while not stop() and (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, 0.1))
 
     def shutdown(self) -> None:
         try:
@@ -75,6 +145,12 @@ class MetricsPipeline:
                 self._server.server_close()
             if self._thread is not None:
                 self._thread.join(timeout=self.timeout_s)
+        exporter = self._exporter
+        if exporter is not None and exporter.failures and not self.problems:
+            self.problems.append(
+                f"{exporter.failures} of {exporter.exports} metric exports failed to reach "
+                f"{exporter.target}: {exporter.error}"
+            )
 
 
 def _validate(setup: MetricsSetup) -> None:
@@ -124,14 +200,17 @@ def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = Non
     """Build a MeterProvider for ``setup`` (raises :class:`ConfigError` on a bad option).
 
     The Prometheus endpoint uses its own registry, so several pipelines (or a host's own
-    ``prometheus_client`` metrics) never collide; :class:`ExportError` when the port is taken.
+    ``prometheus_client`` metrics) never collide; :class:`ConfigError` when the port is taken.
     """
     _validate(setup)
     readers: list[MetricReader] = []
+    tracked: _TrackedMetricExporter | None = None
     if setup.otlp_endpoint is not None:
+        target = f"OTLP metrics endpoint {setup.otlp_endpoint}"
+        tracked = _TrackedMetricExporter(_otlp_exporter(setup), target)
         readers.append(
             PeriodicExportingMetricReader(
-                _otlp_exporter(setup),
+                tracked,
                 export_interval_millis=setup.export_interval_s * 1000,
                 export_timeout_millis=setup.timeout_s * 1000,
             )
@@ -147,12 +226,42 @@ def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = Non
                 setup.prometheus_port, addr=setup.prometheus_host, registry=registry
             )
         except OSError as exc:
-            raise ExportError(
-                f"cannot serve Prometheus metrics on {setup.prometheus_host}:{setup.prometheus_port}: {exc}"
+            raise ConfigError(
+                f"cannot serve Prometheus metrics on {setup.prometheus_host}:{setup.prometheus_port}: "
+                f"{exc.strerror or exc}"
             ) from exc
         port = int(server.server_port)
     provider = MeterProvider(
         metric_readers=readers,
         resource=resource if resource is not None else Resource.create({SERVICE_NAME: setup.service_name}),
     )
-    return MetricsPipeline(provider, setup.timeout_s, port, server, thread)
+    return MetricsPipeline(provider, setup.timeout_s, port, server, thread, tracked, setup.prometheus_host)
+
+
+def build_metrics_delivery(
+    options: ExportOptions, *, service_name: str, environ: Mapping[str, str] | None = None
+) -> MetricsPipeline | None:
+    """The metrics pipeline ``options`` ask for, or ``None`` when they ask for none."""
+    if options.metrics_endpoint is None and options.prometheus_port is None:
+        return None
+    env = os.environ if environ is None else environ
+    protocol: Protocol = "grpc"
+    headers: dict[str, str] = {}
+    if options.metrics_endpoint is not None:
+        # The same rules as for traces: explicit, the METRICS variable, the shared one, the port.
+        protocol = resolve_protocol(options.protocol, options.metrics_endpoint, "METRICS", env)
+        headers = read_headers(env, "METRICS")
+    headers.update(options.headers)
+    timeout = options.export_timeout_s or read_millis(
+        env, "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"
+    )
+    setup = MetricsSetup(
+        otlp_endpoint=options.metrics_endpoint.strip() if options.metrics_endpoint else None,
+        otlp_protocol=protocol,
+        headers=headers,
+        timeout_s=min(timeout or 10.0, MAX_TIMEOUT_S),
+        prometheus_port=options.prometheus_port,
+        prometheus_host=options.prometheus_host,
+        service_name=service_name,
+    )
+    return build_meter_provider(setup)

@@ -1,0 +1,498 @@
+"""``export_run``: one run's events into every configured destination, reported as data.
+
+One export: build the trace delivery (and the metrics pipeline when asked), drain the handle's
+events into the span pipeline and any observers, settle, flush, and return an
+:class:`ExportReport`. Nothing is printed and nothing is raised for bad options, bad input or
+an unreachable backend: each is an :class:`ExportFailure` of a :class:`FailureKind` in the
+report. Events of several runs in one stream are exported as one trace per run id, never merged.
+
+The span pipeline is pluggable (``pipeline=``): anything with ``feed``/``finish``/``close``
+(see :class:`SpanPipeline`); the default maps events onto SDK spans through
+:class:`~rulvar_otel.export._traces.TraceDelivery`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any, Protocol
+
+from opentelemetry.metrics import Meter
+from opentelemetry.sdk.trace import ReadableSpan
+
+from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome, outcome_from_run_end
+from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
+from rulvar_otel.errors import ConfigError, RulvarOtelError
+from rulvar_otel.export._logs import SdkLogCapture, clean_text
+from rulvar_otel.export._metrics import MetricsPipeline, build_metrics_delivery
+from rulvar_otel.export._options import ExportOptions
+from rulvar_otel.export._stream import StreamedRun, wire
+from rulvar_otel.export._traces import (
+    DeliveryReport,
+    TraceDelivery,
+    build_trace_delivery,
+    resolve_service_name,
+)
+from rulvar_otel.otel.exporter import create_mapper
+
+__all__ = [
+    "EventObserver",
+    "ExportFailure",
+    "ExportReport",
+    "FailureKind",
+    "PipelineFactory",
+    "SpanPipeline",
+    "export_run",
+    "export_run_async",
+    "sdk_pipeline",
+]
+
+
+class FailureKind(enum.StrEnum):
+    """Why an export did not fully succeed."""
+
+    CONFIG = "config"  # bad options or environment; nothing was read or written
+    INPUT = "input"  # the source failed midway, or held no events
+    DELIVERY = "delivery"  # a trace destination did not receive every span
+    METRICS = "metrics"  # a metrics destination failed
+
+
+@dataclass(frozen=True, slots=True)
+class ExportFailure:
+    kind: FailureKind
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExportReport:
+    """What one export did. Every string in it is masked and free of terminal controls."""
+
+    events: int = 0
+    spans: int = 0
+    run_ids: tuple[str, ...] = ()
+    trace_ids: tuple[str, ...] = ()
+    failures: tuple[ExportFailure, ...] = ()
+    delivery: DeliveryReport | None = None
+    outcome: RunOutcome | BaseException | None = None
+    interrupted: bool = False
+    destinations: tuple[str, ...] = ()
+    prometheus_url: str | None = None
+    notes: tuple[str, ...] = ()
+    backpressure_waits: int = 0
+    kept_spans: tuple[ReadableSpan, ...] = field(default=(), repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def failed(self, *kinds: FailureKind) -> bool:
+        return any(f.kind in kinds for f in self.failures)
+
+
+class EventObserver(Protocol):
+    """Sees every event the export reads, and how the run settled (a progress view, say)."""
+
+    def feed(self, event: Mapping[str, Any]) -> None: ...
+
+    def finish(self, outcome: RunOutcome | BaseException | None) -> None: ...
+
+
+class SpanPipeline(Protocol):
+    """Turns events into delivered spans: feed every event, ``finish`` the runs, ``close`` once.
+
+    ``finish`` settles every run seen (``outcome`` is the handle's, for ``primary_run_id``) and
+    returns the spans created; ``close`` flushes, keeps or discards file output, and reports.
+    """
+
+    def feed(self, event: Mapping[str, Any]) -> None: ...
+
+    def finish(self, outcome: RunOutcome | BaseException | None, primary_run_id: str) -> int: ...
+
+    def close(self, *, keep_output: bool) -> DeliveryReport: ...
+
+    @property
+    def run_ids(self) -> tuple[str, ...]: ...
+
+    @property
+    def trace_ids(self) -> tuple[str, ...]: ...
+
+    @property
+    def kept_spans(self) -> tuple[ReadableSpan, ...]: ...
+
+    @property
+    def backpressure_waits(self) -> int: ...
+
+
+class PipelineFactory(Protocol):
+    """Builds the span pipeline of one export (raises ConfigError for bad options)."""
+
+    def __call__(
+        self,
+        options: ExportOptions,
+        *,
+        masker: SecretMasker,
+        meter: Meter | None,
+        environ: Mapping[str, str] | None,
+        keep_spans: bool,
+    ) -> SpanPipeline: ...
+
+
+class _SdkRunRouter:
+    """The default span pipeline: one :class:`SpanMapper` per run id on one SDK delivery."""
+
+    def __init__(self, delivery: TraceDelivery, masker: SecretMasker, meter: Meter | None) -> None:
+        self.delivery = delivery
+        self._masker = masker
+        self._meter = meter
+        self._mappers: dict[str, Any] = {}
+        self._last_run_id = ""
+
+    @property
+    def run_ids(self) -> tuple[str, ...]:
+        return tuple(self._mappers)
+
+    def feed(self, event: Mapping[str, Any]) -> None:
+        rid = event.get("runId")
+        if not isinstance(rid, str):
+            rid = self._last_run_id
+        self._last_run_id = rid
+        mapper = self._mappers.get(rid)
+        if mapper is None:
+            # Each run id gets its own mapper, hence its own trace: interleaved runs never merge.
+            mapper = create_mapper(self.delivery.tracer, masker=self._masker, meter=self._meter, run_id=rid)
+            self._mappers[rid] = mapper
+        mapper.feed(event)
+
+    def finish(self, outcome: RunOutcome | BaseException | None, primary_run_id: str) -> int:
+        spans = 0
+        single = len(self._mappers) == 1
+        for rid, mapper in self._mappers.items():
+            own = outcome if single or rid == primary_run_id else outcome_from_run_end(mapper.last_run_end)
+            spans += int(mapper.finish(own))
+        return spans
+
+    def close(self, *, keep_output: bool) -> DeliveryReport:
+        return self.delivery.finish(keep_output=keep_output)
+
+    @property
+    def trace_ids(self) -> tuple[str, ...]:
+        return tuple(self.delivery.trace_ids)
+
+    @property
+    def kept_spans(self) -> tuple[ReadableSpan, ...]:
+        return tuple(self.delivery.spans)
+
+    @property
+    def backpressure_waits(self) -> int:
+        return self.delivery.backpressure_waits
+
+
+def sdk_pipeline(
+    options: ExportOptions,
+    *,
+    masker: SecretMasker,
+    meter: Meter | None,
+    environ: Mapping[str, str] | None,
+    keep_spans: bool,
+) -> SpanPipeline:
+    """The default span pipeline: SDK spans through :func:`build_trace_delivery`."""
+    delivery = build_trace_delivery(options, environ=environ, keep_spans=keep_spans)
+    return _SdkRunRouter(delivery, masker, meter)
+
+
+class _Export:
+    """The steps every driver shares: open the destinations, feed, settle, close, report."""
+
+    def __init__(
+        self,
+        options: ExportOptions,
+        observers: Sequence[EventObserver],
+        on_note: Callable[[str], None] | None,
+        environ: Mapping[str, str] | None,
+        keep_spans: bool,
+        pipeline: PipelineFactory | None = None,
+    ) -> None:
+        self.options = options
+        self.make_pipeline: PipelineFactory = pipeline or sdk_pipeline
+        self.observers = list(observers)
+        self.on_note = on_note
+        self.environ = environ
+        self.keep_spans = keep_spans
+        self.masker = compile_secret_masker(options.patterns or None)
+        self.capture = SdkLogCapture()
+        self.pipeline: SpanPipeline | None = None
+        self.metrics: MetricsPipeline | None = None
+        self.events = 0
+        self.notes: list[str] = []
+        self.failures: list[ExportFailure] = []
+        self.stop_lingering = threading.Event()
+
+    def clean(self, text: str) -> str:
+        return clean_text(text, self.masker)
+
+    def fail(self, kind: FailureKind, text: str) -> None:
+        self.failures.append(ExportFailure(kind, self.clean(text)))
+
+    def note(self, text: str) -> None:
+        safe = self.clean(text)
+        self.notes.append(safe)
+        if self.on_note is not None:
+            try:
+                self.on_note(safe)
+            except Exception:  # noqa: BLE001 - a caller's printer never breaks the export
+                pass
+
+    def open(self) -> bool:
+        try:
+            service = resolve_service_name(self.options, self.environ)
+            self.metrics = build_metrics_delivery(self.options, service_name=service, environ=self.environ)
+            meter = self.metrics.meter if self.metrics is not None else None
+            self.pipeline = self.make_pipeline(
+                self.options,
+                masker=self.masker,
+                meter=meter,
+                environ=self.environ,
+                keep_spans=self.keep_spans,
+            )
+        except ConfigError as exc:
+            if self.metrics is not None:
+                self.metrics.shutdown()
+            self.fail(FailureKind.CONFIG, str(exc))
+            return False
+        if self.metrics is not None and self.metrics.prometheus_url is not None:
+            self.note(f"serving Prometheus metrics on {self.metrics.prometheus_url}")
+        return True
+
+    def feed(self, event: EventLike) -> None:
+        self.events += 1
+        data = wire(event)
+        assert self.pipeline is not None
+        self.pipeline.feed(data)
+        for observer in list(self.observers):
+            try:
+                observer.feed(data)
+            except Exception:  # noqa: BLE001 - an observer's failure never costs a span
+                self.observers.remove(observer)
+
+    def close(
+        self,
+        outcome: RunOutcome | BaseException | None,
+        primary_run_id: str,
+        source_error: BaseException | None,
+        interrupted: bool,
+    ) -> ExportReport:
+        assert self.pipeline is not None
+        spans = self.pipeline.finish(outcome, primary_run_id)
+        for observer in self.observers:
+            try:
+                observer.finish(outcome)
+            except Exception:  # noqa: BLE001
+                pass
+        if source_error is not None:
+            self.fail(FailureKind.INPUT, _describe_source_error(source_error))
+        elif self.events == 0 and not interrupted:
+            self.fail(FailureKind.INPUT, "the stream held no events")
+        input_ok = not self.failed(FailureKind.INPUT) and self.events > 0
+        delivery = self.pipeline.close(keep_output=input_ok)
+        for problem in delivery.problems():
+            self.fail(FailureKind.DELIVERY, self._with_sdk_error(problem))
+        if self.metrics is not None:
+            linger = self.options.prometheus_linger_s
+            if linger > 0 and self.metrics.prometheus_url is not None:
+                self.note(f"keeping {self.metrics.prometheus_url} up for {linger:g} s")
+                self.metrics.linger(linger, stop=self.stop_lingering.is_set)
+            try:
+                self.metrics.shutdown()
+            except Exception as exc:  # noqa: BLE001 - metrics never hide the trace result
+                self.fail(FailureKind.METRICS, f"metrics export failed: {type(exc).__name__}")
+            for problem in self.metrics.problems:
+                self.fail(FailureKind.METRICS, self._with_sdk_error(problem))
+        notes = [*self.notes, *self.capture.notes(self.clean)]
+        return ExportReport(
+            events=self.events,
+            spans=delivery.spans_ended if spans == 0 else spans,
+            run_ids=tuple(self.clean(r) for r in self.pipeline.run_ids),
+            trace_ids=self.pipeline.trace_ids,
+            failures=tuple(self.failures),
+            delivery=delivery,
+            outcome=outcome,
+            interrupted=interrupted,
+            destinations=tuple(self.clean(t.target) for t in delivery.targets),
+            prometheus_url=self.metrics.prometheus_url if self.metrics is not None else None,
+            notes=tuple(notes),
+            backpressure_waits=self.pipeline.backpressure_waits,
+            kept_spans=self.pipeline.kept_spans,
+        )
+
+    def failed(self, kind: FailureKind) -> bool:
+        return any(f.kind is kind for f in self.failures)
+
+    def _with_sdk_error(self, problem: str) -> str:
+        # The tracked exporters know how many spans were missed; the SDK's log knows why.
+        detail = self.capture.describe()
+        if detail and ": " not in problem.split(" to ", 1)[-1]:
+            return f"{problem}: {detail}"
+        return problem
+
+    def report_only(self) -> ExportReport:
+        return ExportReport(failures=tuple(self.failures), notes=tuple(self.notes))
+
+
+def _describe_source_error(exc: BaseException) -> str:
+    if isinstance(exc, RulvarOtelError):
+        return str(exc)
+    if isinstance(exc, OSError):
+        return f"cannot read the event stream: {exc.strerror or exc}"
+    return f"the event stream failed ({type(exc).__name__})"
+
+
+async def export_run_async(
+    handle: RunHandle,
+    options: ExportOptions,
+    *,
+    observers: Sequence[EventObserver] = (),
+    on_note: Callable[[str], None] | None = None,
+    keep_spans: bool = False,
+    environ: Mapping[str, str] | None = None,
+    pipeline: PipelineFactory | None = None,
+) -> ExportReport:
+    """Export one run end to end from async code; see :func:`export_run`.
+
+    Cancelling the calling task (Ctrl-C under ``asyncio.run``) stops reading: what was read is
+    exported and the report says ``interrupted``.
+    """
+    export = _Export(options, observers, on_note, environ, keep_spans, pipeline)
+    with export.capture:
+        if not export.open():
+            return export.report_only()
+        source_error: BaseException | None = None
+        interrupted = False
+        try:
+            async for event in handle.events:
+                export.feed(event)
+        except asyncio.CancelledError:
+            interrupted = True
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+        except Exception as exc:  # noqa: BLE001 - reported as an input failure
+            source_error = exc
+        outcome: RunOutcome | BaseException | None = None
+        if isinstance(handle, StreamedRun):
+            outcome = handle.outcome_now()
+        elif not interrupted and source_error is None:
+            try:
+                outcome = await handle.result
+            except asyncio.CancelledError:
+                interrupted = True
+            except Exception as exc:  # noqa: BLE001 - a rejected result is a fact of the run
+                outcome = exc
+        primary = _run_id(handle)
+        # Flushing can block for up to one export timeout; keep the event loop free meanwhile.
+        return await asyncio.to_thread(export.close, outcome, primary, source_error, interrupted)
+
+
+def _run_id(handle: RunHandle) -> str:
+    try:
+        return handle.run_id or ""
+    except Exception:  # noqa: BLE001 - a handle that cannot name its run still exports
+        return ""
+
+
+class _Interrupt:
+    """SIGINT during a synchronous export: the first stops reading (a blocked read included).
+
+    A first Ctrl-C while an event is being mapped lets that event finish; while the source is
+    read, it ends the read at once. Either way what was read is exported. A second Ctrl-C
+    raises ``KeyboardInterrupt`` as usual.
+    """
+
+    def __init__(self, export: _Export) -> None:
+        self.requested = False
+        self.reading = False
+        self._export = export
+        self._previous: Any = None
+        self._installed = False
+
+    def handler(self, signum: int, frame: FrameType | None) -> None:
+        already = self.requested
+        self.requested = True
+        self._export.stop_lingering.set()
+        if already or self.reading:
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> _Interrupt:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self.handler)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def _drain_sync(
+    export: _Export, interrupt: _Interrupt, events: Iterator[EventLike]
+) -> tuple[BaseException | None, bool]:
+    first_interrupt = False
+    while not interrupt.requested:
+        interrupt.reading = True
+        try:
+            event = next(events)
+        except StopIteration:
+            break
+        except KeyboardInterrupt:
+            first_interrupt = True
+            break
+        except Exception as exc:  # noqa: BLE001 - reported as an input failure
+            return exc, False
+        finally:
+            interrupt.reading = False
+        export.feed(event)
+    return None, first_interrupt or interrupt.requested
+
+
+def export_run(
+    handle: RunHandle,
+    options: ExportOptions,
+    *,
+    observers: Sequence[EventObserver] = (),
+    on_note: Callable[[str], None] | None = None,
+    keep_spans: bool = False,
+    environ: Mapping[str, str] | None = None,
+    pipeline: PipelineFactory | None = None,
+) -> ExportReport:
+    """Export one run end to end: destinations, spans (and metrics), flush, report.
+
+    ``observers`` see every event and the outcome (a progress view); ``on_note`` receives
+    status lines as they happen (the Prometheus address, say); ``keep_spans`` keeps ended spans
+    in the report (every root, a bounded number of others) for a terminal tree; ``pipeline``
+    replaces the default SDK span pipeline (:func:`sdk_pipeline`). Never raises
+    for bad options, bad input or an unreachable backend: see :attr:`ExportReport.failures`.
+    A :class:`StreamedRun` over a plain iterable is drained without an event loop, so the first
+    Ctrl-C ends even a blocked read; the report then says ``interrupted``.
+    """
+    if isinstance(handle, StreamedRun) and handle.is_sync:
+        export = _Export(options, observers, on_note, environ, keep_spans, pipeline)
+        with export.capture, _Interrupt(export) as interrupt:
+            if not export.open():
+                return export.report_only()
+            source_error, interrupted = _drain_sync(export, interrupt, handle.iter_sync())
+            return export.close(handle.outcome_now(), handle.run_id, source_error, interrupted)
+    return asyncio.run(
+        export_run_async(
+            handle,
+            options,
+            observers=observers,
+            on_note=on_note,
+            keep_spans=keep_spans,
+            environ=environ,
+            pipeline=pipeline,
+        )
+    )
