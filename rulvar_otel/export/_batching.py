@@ -59,7 +59,8 @@ class BlockingBatchSpanProcessor(SpanProcessor):
                 while len(self._queue) >= self._max_queue and not self._stopping:
                     self._has_room.wait()
             self._queue.append(span)
-            if len(self._queue) >= self._batch_size:
+            # The first span starts the worker's schedule-delay clock; a full batch ends it.
+            if len(self._queue) == 1 or len(self._queue) >= self._batch_size:
                 self._has_work.notify()
 
     def _take_batch(self) -> list[ReadableSpan] | None:

@@ -67,10 +67,15 @@ class SdkLogCapture(logging.Handler):
             return f"{self.last_error} (last attempt: {self.last_warning})"
         return self.last_error or self.last_warning
 
-    def notes(self, clean: Callable[[str], str]) -> list[str]:
-        """One cleaned line per distinct message, with its count."""
+    def notes(self, clean: Callable[[str], str], *, quoted: bool = False) -> list[str]:
+        """One cleaned line per distinct message, with its count.
+
+        Retry chatter is left out; with ``quoted`` so is the last error (a failure quotes it).
+        """
         out: list[str] = []
         for message, count in self.counts.items():
+            if "Transient error" in message or (quoted and message == self.last_error):
+                continue
             suffix = f" ({count} times)" if count > 1 else ""
             out.append(f"OpenTelemetry SDK: {clean(message)}{suffix}")
         return out

@@ -1,19 +1,19 @@
 """Metrics delivery: a MeterProvider pushing OTLP (gRPC or HTTP) and/or serving Prometheus.
 
 Everything that talks to the network is bounded: the OTLP exporters get a timeout, periodic
-export has an export timeout, and shutdown flushes within a bounded time. Every OTLP export's
-result is kept, so a refused, hanging or failing endpoint is reported by
-:meth:`MetricsPipeline.shutdown` instead of being logged and forgotten. A Prometheus port that
-cannot be bound is a :class:`~rulvar_otel.errors.ConfigError` (a usage problem, found before
-the run is read).
+export has an export timeout, and shutdown flushes within a bounded time. The Prometheus endpoint
+binds the host asked for and, for a one-shot export, stays up a chosen linger after the last
+event so a scraper gets at least one look at the final values. Every OTLP export's result is
+kept, so a refused, hanging or failing endpoint is reported (:attr:`MetricsPipeline.problems`)
+instead of being logged and forgotten. A Prometheus port that cannot be bound is a
+:class:`~rulvar_otel.errors.ConfigError`: a usage problem, found before the run is read.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 from urllib.parse import urlparse
@@ -31,6 +31,8 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.export._options import ExportOptions
@@ -42,6 +44,7 @@ __all__ = ["MetricsPipeline", "MetricsSetup", "build_meter_provider", "build_met
 Protocol = Literal["grpc", "http/protobuf"]
 
 MAX_TIMEOUT_S: Final = 60.0
+MAX_LINGER_S: Final = 3600.0
 _DEFAULT_HTTP_PATH: Final = "/v1/metrics"
 
 
@@ -53,7 +56,10 @@ class MetricsSetup:
     ``http/protobuf`` a URL without a path gets ``/v1/metrics``). ``headers`` ride every export
     (an auth token, say). ``timeout_s`` bounds each export (at most 60 s). ``export_interval_s``
     is the push period. ``prometheus_port`` serves ``/metrics`` on ``prometheus_host`` (0 picks a
-    free port; the chosen one is :attr:`MetricsPipeline.prometheus_port`).
+    free port; the chosen one is :attr:`MetricsPipeline.prometheus_port`; ``0.0.0.0`` or ``::``
+    lets a container or another machine scrape it). ``prometheus_linger_s`` keeps that endpoint
+    up so long after the export, at its final values, before shutdown closes it: at least one
+    scrape interval of the scraper, so a one-shot export is seen.
     """
 
     otlp_endpoint: str | None = None
@@ -63,7 +69,22 @@ class MetricsSetup:
     export_interval_s: float = 15.0
     prometheus_port: int | None = None
     prometheus_host: str = "127.0.0.1"
+    prometheus_linger_s: float = 0.0
     service_name: str = DEFAULT_SERVICE_NAME
+
+
+class _ScrapeCounter(Collector):
+    """Counts the scrapes of one endpoint (each one collects its registry once); adds no series."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def collect(self) -> Iterator[Metric]:
+        self.count += 1
+        return iter(())
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())  # registering describes; only a scrape collects
 
 
 class _TrackedMetricExporter(MetricExporter):
@@ -79,20 +100,32 @@ class _TrackedMetricExporter(MetricExporter):
         self.exports = 0
         self.failures = 0
         self.error: str | None = None
+        self._in_flight = 0
+        self._idle = threading.Condition()
 
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
     ) -> MetricExportResult:
-        self.exports += 1
+        with self._idle:
+            self._in_flight += 1
         try:
             result = self._inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
         except Exception as exc:  # noqa: BLE001 - a failed export, never a crash
             result = MetricExportResult.FAILURE
             self.error = type(exc).__name__
-        if result is not MetricExportResult.SUCCESS:
-            self.failures += 1
-            self.error = self.error or "the endpoint refused the metrics or did not answer in time"
+        with self._idle:
+            self.exports += 1
+            if result is not MetricExportResult.SUCCESS:
+                self.failures += 1
+                self.error = self.error or "the endpoint refused the metrics or did not answer in time"
+            self._in_flight -= 1
+            self._idle.notify_all()
         return result
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait for an export still running in the reader's thread; ``False`` on timeout."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._in_flight == 0, timeout_s)
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
         return self._inner.force_flush(timeout_millis)
@@ -103,18 +136,24 @@ class _TrackedMetricExporter(MetricExporter):
 
 @dataclass(slots=True)
 class MetricsPipeline:
-    """A built provider and what it started; ``shutdown()`` flushes and stops it (bounded).
+    """A built provider and what it started.
 
-    After ``shutdown()``, :attr:`problems` holds one sentence per destination that failed.
+    ``shutdown()`` pushes what is pending, keeps the Prometheus endpoint up for the linger, then
+    stops everything (bounded). ``prometheus_port`` is the bound port (also when 0 was asked for).
+    Setting :attr:`stop_linger` ends a linger early. After ``shutdown()``, :attr:`problems` holds
+    one sentence per OTLP destination that failed.
     """
 
     provider: MeterProvider
     timeout_s: float
     prometheus_port: int | None = None
+    prometheus_host: str | None = None
+    linger_s: float = 0.0
     _server: WSGIServer | None = None
     _thread: threading.Thread | None = None
+    _scrapes: _ScrapeCounter | None = None
     _exporter: _TrackedMetricExporter | None = None
-    prometheus_host: str = "127.0.0.1"
+    stop_linger: threading.Event = field(default_factory=threading.Event)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -123,30 +162,43 @@ class MetricsPipeline:
 
     @property
     def prometheus_url(self) -> str | None:
-        if self.prometheus_port is None:
+        """``http://host:port/metrics`` of the pull endpoint, or None without one."""
+        if self.prometheus_port is None or self.prometheus_host is None:
             return None
         host = f"[{self.prometheus_host}]" if ":" in self.prometheus_host else self.prometheus_host
         return f"http://{host}:{self.prometheus_port}/metrics"
 
-    def linger(self, seconds: float, *, stop: Callable[[], bool] = lambda: False) -> None:
-        """Keep the Prometheus endpoint serving ``seconds`` longer (``stop`` ends the wait early)."""
-        if self._server is None or seconds <= 0:
-            return
-        deadline = time.monotonic() + seconds
-        while not stop() and (left := deadline - time.monotonic()) > 0:
-            time.sleep(min(left, 0.1))
+    @property
+    def prometheus_scrapes(self) -> int:
+        """How many times the pull endpoint was scraped so far."""
+        return self._scrapes.count if self._scrapes is not None else 0
 
     def shutdown(self) -> None:
+        """Flush, linger with the endpoint up (when one was asked for), stop. Ctrl-C ends a linger."""
         try:
-            self.provider.shutdown(timeout_millis=self.timeout_s * 1000)
+            if self._server is not None and self.linger_s > 0:
+                # Push what is pending now rather than after the linger; the endpoint serves the
+                # final values meanwhile (a scrape collects them itself).
+                self.provider.force_flush(timeout_millis=self.timeout_s * 1000)
+                self.stop_linger.wait(self.linger_s)
         finally:
-            if self._server is not None:
-                self._server.shutdown()
-                self._server.server_close()
-            if self._thread is not None:
-                self._thread.join(timeout=self.timeout_s)
+            try:
+                self.provider.shutdown(timeout_millis=self.timeout_s * 1000)
+            finally:
+                if self._server is not None:
+                    self._server.shutdown()
+                    self._server.server_close()
+                if self._thread is not None:
+                    self._thread.join(timeout=self.timeout_s)
         exporter = self._exporter
-        if exporter is not None and exporter.failures and not self.problems:
+        if exporter is None or self.problems:
+            return
+        # The reader's last export runs in its own thread and may outlive the shutdown's join.
+        if not exporter.wait_idle(self.timeout_s + 1.0):
+            self.problems.append(
+                f"the last metric export to {exporter.target} did not finish within {self.timeout_s:g} s"
+            )
+        elif exporter.failures:
             self.problems.append(
                 f"{exporter.failures} of {exporter.exports} metric exports failed to reach "
                 f"{exporter.target}: {exporter.error}"
@@ -168,6 +220,12 @@ def _validate(setup: MetricsSetup) -> None:
         raise ConfigError(f"metrics export interval {setup.export_interval_s!r} s must be positive")
     if setup.prometheus_port is not None and not 0 <= setup.prometheus_port <= 65535:
         raise ConfigError(f"Prometheus port {setup.prometheus_port!r} is not in 0..65535")
+    if not isinstance(setup.prometheus_host, str) or not setup.prometheus_host.strip():
+        raise ConfigError(f"Prometheus host {setup.prometheus_host!r} is not a host name or address")
+    if not 0 <= setup.prometheus_linger_s <= MAX_LINGER_S:
+        raise ConfigError(
+            f"Prometheus linger {setup.prometheus_linger_s!r} s is not in [0, {MAX_LINGER_S:g}]"
+        )
     for key, value in setup.headers.items():
         if not isinstance(key, str) or not isinstance(value, str) or not key:
             raise ConfigError("metrics headers must map non-empty names to string values")
@@ -218,8 +276,11 @@ def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = Non
     server: Any = None
     thread: Any = None
     port: int | None = None
+    scrapes: _ScrapeCounter | None = None
     if setup.prometheus_port is not None:
         registry = CollectorRegistry(auto_describe=True)
+        scrapes = _ScrapeCounter()
+        registry.register(scrapes)
         readers.append(PrometheusMetricReader(registry=registry))
         try:
             server, thread = start_http_server(
@@ -235,7 +296,17 @@ def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = Non
         metric_readers=readers,
         resource=resource if resource is not None else Resource.create({SERVICE_NAME: setup.service_name}),
     )
-    return MetricsPipeline(provider, setup.timeout_s, port, server, thread, tracked, setup.prometheus_host)
+    return MetricsPipeline(
+        provider,
+        setup.timeout_s,
+        port,
+        setup.prometheus_host if port is not None else None,
+        setup.prometheus_linger_s if port is not None else 0.0,
+        server,
+        thread,
+        scrapes,
+        tracked,
+    )
 
 
 def build_metrics_delivery(
@@ -262,6 +333,7 @@ def build_metrics_delivery(
         timeout_s=min(timeout or 10.0, MAX_TIMEOUT_S),
         prometheus_port=options.prometheus_port,
         prometheus_host=options.prometheus_host,
+        prometheus_linger_s=options.prometheus_linger_s,
         service_name=service_name,
     )
     return build_meter_provider(setup)

@@ -20,6 +20,7 @@ from rulvar_otel.export._settings import PROTOCOLS, check_endpoint
 __all__ = ["DEFAULT_PROMETHEUS_HOST", "ExportOptions", "parse_header"]
 
 DEFAULT_PROMETHEUS_HOST: Final = "127.0.0.1"
+MAX_LINGER_S: Final = 3600.0
 
 
 def parse_header(text: str) -> tuple[str, str]:
@@ -79,6 +80,8 @@ class ExportOptions:
             check_endpoint(self.metrics_endpoint.strip(), "metrics endpoint")
         _positive_seconds("export timeout", self.export_timeout_s)
         _positive_seconds("Prometheus linger", self.prometheus_linger_s, zero_ok=True)
+        if self.prometheus_linger_s > MAX_LINGER_S:
+            raise ConfigError(f"Prometheus linger must be at most {MAX_LINGER_S:g} seconds")
         if self.prometheus_port is not None and not (0 <= self.prometheus_port <= 65535):
             raise ConfigError(f"Prometheus port must be a TCP port, 0-65535 (got {self.prometheus_port})")
         if not self.prometheus_host.strip():

@@ -230,10 +230,13 @@ class _Export:
         self.events = 0
         self.notes: list[str] = []
         self.failures: list[ExportFailure] = []
-        self.stop_lingering = threading.Event()
 
     def clean(self, text: str) -> str:
         return clean_text(text, self.masker)
+
+    def stop_linger(self) -> None:
+        if self.metrics is not None:
+            self.metrics.stop_linger.set()
 
     def fail(self, kind: FailureKind, text: str) -> None:
         self.failures.append(ExportFailure(kind, self.clean(text)))
@@ -302,17 +305,16 @@ class _Export:
         for problem in delivery.problems():
             self.fail(FailureKind.DELIVERY, self._with_sdk_error(problem))
         if self.metrics is not None:
-            linger = self.options.prometheus_linger_s
-            if linger > 0 and self.metrics.prometheus_url is not None:
-                self.note(f"keeping {self.metrics.prometheus_url} up for {linger:g} s")
-                self.metrics.linger(linger, stop=self.stop_lingering.is_set)
+            if self.metrics.linger_s > 0 and self.metrics.prometheus_url is not None:
+                self.note(f"keeping {self.metrics.prometheus_url} up for {self.metrics.linger_s:g} s")
             try:
                 self.metrics.shutdown()
             except Exception as exc:  # noqa: BLE001 - metrics never hide the trace result
                 self.fail(FailureKind.METRICS, f"metrics export failed: {type(exc).__name__}")
             for problem in self.metrics.problems:
                 self.fail(FailureKind.METRICS, self._with_sdk_error(problem))
-        notes = [*self.notes, *self.capture.notes(self.clean)]
+        quoted = self.failed(FailureKind.DELIVERY)
+        notes = [*self.notes, *self.capture.notes(self.clean, quoted=quoted)]
         return ExportReport(
             events=self.events,
             spans=delivery.spans_ended if spans == 0 else spans,
@@ -394,7 +396,11 @@ async def export_run_async(
                 outcome = exc
         primary = _run_id(handle)
         # Flushing can block for up to one export timeout; keep the event loop free meanwhile.
-        return await asyncio.to_thread(export.close, outcome, primary, source_error, interrupted)
+        try:
+            return await asyncio.to_thread(export.close, outcome, primary, source_error, interrupted)
+        except asyncio.CancelledError:
+            export.stop_linger()
+            raise
 
 
 def _run_id(handle: RunHandle) -> str:
@@ -422,7 +428,7 @@ class _Interrupt:
     def handler(self, signum: int, frame: FrameType | None) -> None:
         already = self.requested
         self.requested = True
-        self._export.stop_lingering.set()
+        self._export.stop_linger()
         if already or self.reading:
             raise KeyboardInterrupt
 

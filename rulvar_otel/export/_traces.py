@@ -422,8 +422,9 @@ def check_output_is_not_input(
     options: ExportOptions, source: str, environ: Mapping[str, str] | None = None
 ) -> None:
     """:class:`ConfigError` when the file this export would write is ``source`` itself."""
+    env = os.environ if environ is None else environ
     candidate = options.out
-    if candidate is None and resolve_otlp_target(options, environ) is None:
+    if candidate is None and resolve_endpoint(options.endpoint, "TRACES", env) is None:
         candidate = Path(DEFAULT_OTLP_JSON_PATH)
     if candidate is None:
         return
