@@ -422,3 +422,85 @@ def test_progress_lines_go_to_stderr_and_auto_appends_lines_off_a_terminal() -> 
     assert code == EXIT_OK
     assert "tool fetch error" not in off_err
     assert off_err.startswith("rulvar-otel: exported 17 spans")
+
+
+# --- resource attributes: service name and the Phoenix project ----------------------------------
+
+
+def _resource(path: Path) -> dict[str, str]:
+    request = next(iter_otlp_json_file(path))
+    return {a.key: a.value.string_value for a in request.resource_spans[0].resource.attributes}
+
+
+@pytest.mark.parametrize(
+    ("args", "service", "project"),
+    [
+        ([], "rulvar", None),
+        (["--service-name", "checkout"], "checkout", "checkout"),
+        (["--project", "agents-prod"], "rulvar", "agents-prod"),
+        (["--service-name", "checkout", "--project", "agents-prod"], "checkout", "agents-prod"),
+        (["--service-name", "checkout", "--no-openinference"], "checkout", None),
+        (["--project", "agents-prod", "--no-openinference"], "rulvar", "agents-prod"),
+    ],
+)
+def test_service_name_and_project_set_the_resource(
+    tmp_path: Path, args: list[str], service: str, project: str | None
+) -> None:
+    out = tmp_path / "r.jsonl"
+    code, _, err = run_cli("export", str(STREAMS / "minimal.jsonl"), "--out", str(out), "--no-tree", *args)
+    assert code == EXIT_OK, err
+    resource = _resource(out)
+    assert resource["service.name"] == service
+    assert resource.get("openinference.project.name") == project
+
+
+def test_otel_service_name_also_names_the_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "from-env")
+    out = tmp_path / "e.jsonl"
+    code, _, err = run_cli("export", str(STREAMS / "minimal.jsonl"), "--out", str(out), "--no-tree")
+    assert code == EXIT_OK, err
+    assert _resource(out)["openinference.project.name"] == "from-env"
+
+
+def test_help_lists_every_export_option() -> None:
+    result = CliRunner().invoke(app, ["export", "--help"], env={"COLUMNS": "220"})
+    code, out = result.exit_code, result.stdout
+    assert code == 0
+    for flag in (
+        "--prometheus-host",
+        "--prometheus-linger",
+        "--project",
+        "--no-openinference",
+        "--metrics-endpoint",
+        "--deterministic-ids",
+    ):
+        assert flag in out
+
+
+# --- docs/cli.md stays true -------------------------------------------------------------------
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
+
+
+def test_docs_list_every_environment_variable_the_export_reads() -> None:
+    from rulvar_otel.export import SETTINGS
+
+    text = DOCS.read_text(encoding="utf-8")
+    assert [s.name for s in SETTINGS if f"`{s.name}`" not in text] == []
+
+
+def test_the_python_example_in_docs_runs_as_written(tmp_path: Path) -> None:
+    import re
+    import runpy
+
+    text = DOCS.read_text(encoding="utf-8")
+    section = text[text.index("## The same export from Python") :]
+    (block,) = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)[:1]
+    (tmp_path / "run.jsonl").write_bytes((STREAMS / "tools.jsonl").read_bytes())
+    script = tmp_path / "example.py"
+    # The example names a collector on localhost:4317; the closed port stands in for an absent one.
+    script.write_text(block.replace("http://localhost:4317", "http://127.0.0.1:9"), encoding="utf-8")
+    namespace = runpy.run_path(str(script))
+    report = namespace["report"]
+    assert report.events == len(events("tools")) and report.spans == 17
+    assert [f.kind for f in report.failures] == [FailureKind.DELIVERY]
