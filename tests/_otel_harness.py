@@ -3,18 +3,36 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as OtlpSpan
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanLimits, SpanProcessor, TracerProvider
+from typer.testing import CliRunner
 
+from rulvar_otel.cli import app
 from rulvar_otel.core.handle import EventLike, RunOutcome, handle_from_events
+from rulvar_otel.export import iter_otlp_json_file
 from rulvar_otel.otel import to_otel
 from rulvar_otel.testing import CountingIdGenerator as CountingIds
 from rulvar_otel.testing import SpanRecorder as Recorder
 
-__all__ = ["CountingIds", "Export", "Recorder", "ev", "export", "ms", "provider", "t"]
+__all__ = [
+    "CountingIds",
+    "Export",
+    "Recorder",
+    "ev",
+    "export",
+    "ms",
+    "otlp_file_spans",
+    "provider",
+    "run_cli",
+    "t",
+    "write_stream",
+]
 
 
 @dataclass
@@ -91,3 +109,29 @@ def ms(ns: int | None) -> int | None:
 def t(ts_ms: int) -> int:
     """The ns timestamp `ev(..., ts_ms=...)` produces."""
     return (1_767_225_600_000 + ts_ms) * 1_000_000
+
+
+def run_cli(*args: str, stdin: bytes | None = None) -> tuple[int, str, str]:
+    """``rulvar-otel ARGS`` in process: (exit code, stdout, stderr)."""
+    result = CliRunner().invoke(app, list(args), input=stdin, catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def otlp_file_spans(path: Path) -> list[OtlpSpan]:
+    """Every span of an OTLP/JSON lines file, in file order."""
+    return [
+        span
+        for request in iter_otlp_json_file(path)
+        for resource_spans in request.resource_spans
+        for scope_spans in resource_spans.scope_spans
+        for span in scope_spans.spans
+    ]
+
+
+def write_stream(path: Path, items: list[Any]) -> Path:
+    """A JSONL stream from events (dicts) and raw lines (strings)."""
+    path.write_text(
+        "".join((item if isinstance(item, str) else json.dumps(item)) + "\n" for item in items),
+        encoding="utf-8",
+    )
+    return path

@@ -6,7 +6,6 @@ import io
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -29,6 +28,7 @@ from rulvar_otel.export import (
     spans_to_otlp_json,
 )
 from tests._fixtures import REFERENCE, STREAMS, events
+from tests._otel_harness import otlp_file_spans, run_cli, write_stream
 from tests.test_otlp_delivery import reference_span_count
 
 DEFAULT_FILE = "rulvar-traces.otlp.jsonl"
@@ -38,29 +38,6 @@ SECRET = "sk-ant-PLANTEDSECRETVALUE0123456789abcdef"
 pytestmark = pytest.mark.usefixtures("otel_env_cleared")
 
 
-def run_cli(*args: str, stdin: bytes | None = None) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args), input=stdin, catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
-
-
-def spans_in(path: Path) -> list[Span]:
-    return [
-        span
-        for request in iter_otlp_json_file(path)
-        for resource_spans in request.resource_spans
-        for scope_spans in resource_spans.scope_spans
-        for span in scope_spans.spans
-    ]
-
-
-def write_stream(path: Path, items: list[Any]) -> Path:
-    path.write_text(
-        "".join((item if isinstance(item, str) else json.dumps(item)) + "\n" for item in items),
-        encoding="utf-8",
-    )
-    return path
-
-
 # --- the embedded default and --out --------------------------------------------------------
 
 
@@ -68,7 +45,7 @@ def test_embedded_default_writes_otlp_json_lines_and_prints_the_tree(tmp_path: P
     code, out, err = run_cli("export", str(STREAMS / "tools.jsonl"), "--progress", "off")
     assert code == EXIT_OK, err
     path = tmp_path / DEFAULT_FILE
-    spans = spans_in(path)
+    spans = otlp_file_spans(path)
     reference = json.loads((REFERENCE / "spans" / "tools.nested.json").read_text(encoding="utf-8"))
     assert Counter(s.name for s in spans) == Counter(s["name"] for s in reference["spans"])
     assert len({s.trace_id for s in spans}) == 1
@@ -114,9 +91,9 @@ def test_out_lines_are_otlp_json_with_hex_ids(tmp_path: Path) -> None:
             for ss in rs.scope_spans:
                 for span in ss.spans:
                     assert len(span.trace_id) == 16 and len(span.span_id) == 8
-    assert total == len(spans_in(out_file))
-    ids = {s.span_id for s in spans_in(out_file)}
-    assert all(not s.parent_span_id or s.parent_span_id in ids for s in spans_in(out_file))
+    assert total == len(otlp_file_spans(out_file))
+    ids = {s.span_id for s in otlp_file_spans(out_file)}
+    assert all(not s.parent_span_id or s.parent_span_id in ids for s in otlp_file_spans(out_file))
 
 
 def test_otlp_json_round_trip_is_exact() -> None:
@@ -155,7 +132,7 @@ def test_stdin_dash_is_read(tmp_path: Path) -> None:
     data = (STREAMS / "minimal.jsonl").read_bytes()
     code, _, err = run_cli("export", "-", "--progress", "off", "--no-tree", stdin=data)
     assert code == EXIT_OK, err
-    assert len(spans_in(tmp_path / DEFAULT_FILE)) == reference_span_count("minimal")
+    assert len(otlp_file_spans(tmp_path / DEFAULT_FILE)) == reference_span_count("minimal")
     assert "exported" in err
 
 
@@ -163,7 +140,7 @@ def test_stdin_dash_is_read(tmp_path: Path) -> None:
 
 
 def _run_span(path: Path) -> Span:
-    (run,) = [s for s in spans_in(path) if s.name.startswith("run ")]
+    (run,) = [s for s in otlp_file_spans(path) if s.name.startswith("run ")]
     return run
 
 
@@ -227,7 +204,7 @@ def test_malformed_lines_are_reported_by_number_and_the_rest_exports(tmp_path: P
     total_lines = len(path.read_text(encoding="utf-8").splitlines())
     assert f"skipped {path}:{total_lines}: missing envelope field 'runId'" in err
     assert "3 malformed lines skipped in total" in err
-    assert len(spans_in(tmp_path / DEFAULT_FILE)) == 17
+    assert len(otlp_file_spans(tmp_path / DEFAULT_FILE)) == 17
 
 
 def test_strict_makes_the_first_malformed_line_fatal(tmp_path: Path) -> None:
@@ -295,7 +272,7 @@ def test_export_run_reports_spans_events_and_one_trace_as_data(tmp_path: Path) -
         handle_from_events(events("nested")), ExportOptions(out=tmp_path / "n.jsonl"), keep_spans=True
     )
     assert report.ok and report.failures == ()
-    assert report.spans == len(spans_in(tmp_path / "n.jsonl")) == len(report.kept_spans)
+    assert report.spans == len(otlp_file_spans(tmp_path / "n.jsonl")) == len(report.kept_spans)
     assert report.events == len(events("nested"))
     assert len(report.trace_ids) == 1 and report.run_ids == (events("nested")[0]["runId"],)
     assert report.delivery is not None and report.delivery.ok
@@ -391,7 +368,7 @@ def test_deterministic_ids_give_the_same_trace_twice(tmp_path: Path) -> None:
             "export", str(STREAMS / "tools.jsonl"), "--deterministic-ids", "--no-tree", "--out", str(out)
         )
         assert code == EXIT_OK, err
-        ids.append(sorted((s.trace_id, s.span_id, s.parent_span_id) for s in spans_in(out)))
+        ids.append(sorted((s.trace_id, s.span_id, s.parent_span_id) for s in otlp_file_spans(out)))
     assert ids[0] == ids[1]
     assert len(ids[0]) == 17
 

@@ -23,8 +23,8 @@ import pytest
 from typer.testing import CliRunner
 
 from rulvar_otel.cli import app
-from rulvar_otel.export import iter_otlp_json_file
 from tests._fixtures import STREAMS
+from tests._otel_harness import otlp_file_spans
 from tests._otlp_receivers import GrpcTraceReceiver, closed_port
 
 pytestmark = [pytest.mark.usefixtures("otel_env_cleared"), pytest.mark.timeout(120)]
@@ -40,9 +40,7 @@ def _env() -> dict[str, str]:
 
 
 def _spans(path: Path) -> int:
-    return sum(
-        len(ss.spans) for r in iter_otlp_json_file(path) for rs in r.resource_spans for ss in rs.scope_spans
-    )
+    return len(otlp_file_spans(path))
 
 
 def test_closed_stdin_is_a_usage_error_without_a_traceback(tmp_path: Path) -> None:
@@ -293,3 +291,46 @@ def test_userinfo_in_an_endpoint_never_reaches_the_terminal() -> None:
     assert result.exit_code == 1
     assert "hunter2" not in result.stderr and "alice" not in result.stderr
     assert f"***@127.0.0.1:{port}" in result.stderr
+
+
+def test_one_ctrl_c_during_a_live_tail_exports_what_arrived(tmp_path: Path) -> None:
+    import asyncio
+
+    from tests._fixtures import events
+    from tests.test_sse import ServedRun, serve_in_thread
+
+    live = events("suspension-live")
+    # A suspended run whose resumption never comes: tail waits for it until interrupted.
+    run = ServedRun(live, {"runId": live[0]["runId"], "status": "suspended"}, resume=asyncio.Event())
+    with serve_in_thread({live[0]["runId"]: run}) as server:
+        process = subprocess.Popen(
+            [
+                *ENTRY,
+                "tail",
+                "--server",
+                server.url,
+                "--run",
+                live[0]["runId"],
+                "--progress",
+                "lines",
+                "--no-tree",
+                "--out",
+                str(tmp_path / "tail.jsonl"),
+            ],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            env=_env(),
+            cwd=tmp_path,
+        )
+        try:
+            _wait_for_line(process, "suspended")
+            time.sleep(0.5)
+            process.send_signal(signal.SIGINT)
+            _, err = process.communicate(timeout=30)
+        finally:
+            process.kill()
+    assert process.returncode == 130, err
+    assert "interrupted; exported what was read" in err
+    assert "Traceback" not in err
+    assert _spans(tmp_path / "tail.jsonl") > 0

@@ -30,23 +30,13 @@ from rulvar_otel.export import (
     StreamedRun,
     build_trace_delivery,
     export_run,
-    iter_otlp_json_file,
 )
 from rulvar_otel.export._batching import BlockingBatchSpanProcessor
 from rulvar_otel.export._settings import read_int, resolve_protocol
 from tests._fixtures import STREAMS, events
+from tests._otel_harness import otlp_file_spans
 
 pytestmark = pytest.mark.usefixtures("otel_env_cleared")
-
-
-def spans_in(path: Path) -> list[Any]:
-    return [
-        span
-        for request in iter_otlp_json_file(path)
-        for rs in request.resource_spans
-        for ss in rs.scope_spans
-        for span in ss.spans
-    ]
 
 
 # --- backpressure: a full queue waits, never drops --------------------------------------------
@@ -105,7 +95,7 @@ def test_the_cli_with_a_tiny_queue_delivers_every_span_of_large_and_never_says_q
         app, ["export", str(STREAMS / "large.jsonl"), "--out", str(out), "--progress", "off", "--no-tree"]
     )
     assert result.exit_code == 0, result.stderr
-    assert len(spans_in(out)) == 8021
+    assert len(otlp_file_spans(out)) == 8021
     assert "Queue full" not in result.stderr and "dropping" not in result.stderr.lower()
     assert "exported 8021 spans" in result.stderr
 
@@ -186,7 +176,7 @@ def test_two_interleaved_runs_become_two_whole_traces(tmp_path: Path) -> None:
         app, ["export", str(path), "--out", str(out), "--progress", "off", "--no-tree"]
     )
     assert result.exit_code == 0, result.stderr
-    spans = spans_in(out)
+    spans = otlp_file_spans(out)
     by_trace = Counter(s.trace_id for s in spans)
     assert sorted(by_trace.values()) == [17, 17]  # 2 x 17, not 25 merged spans
     for trace_id in by_trace:
@@ -229,7 +219,7 @@ def test_span_names_and_attribute_values_are_bounded_by_default(tmp_path: Path) 
     out = tmp_path / "b.jsonl"
     result = CliRunner().invoke(app, ["export", str(path), "--out", str(out), "--progress", "off"])
     assert result.exit_code == 0, result.stderr
-    for span in spans_in(out):
+    for span in otlp_file_spans(out):
         assert len(span.name) <= DEFAULT_VALUE_LENGTH_LIMIT
         for attribute in span.attributes:
             assert len(attribute.value.string_value) <= DEFAULT_VALUE_LENGTH_LIMIT
@@ -247,7 +237,7 @@ def test_the_value_length_limit_follows_the_environment(
         StreamedRun(json.loads(x) for x in path.read_text().splitlines()), ExportOptions(out=out)
     )
     assert report.ok
-    (run,) = [s for s in spans_in(out) if not s.parent_span_id]
+    (run,) = [s for s in otlp_file_spans(out) if not s.parent_span_id]
     assert len(run.name) == 40
     assert all(len(a.value.string_value) <= 40 for a in run.attributes)
 

@@ -16,9 +16,7 @@ import pytest
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from typer.testing import CliRunner
 
-from rulvar_otel.cli import app
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.export import (
     DEFAULT_EXPORT_TIMEOUT_S,
@@ -26,13 +24,13 @@ from rulvar_otel.export import (
     ExportOptions,
     TargetReport,
     build_trace_delivery,
-    iter_otlp_json_file,
     parse_header,
     resolve_otlp_target,
     resolve_service_name,
 )
 from rulvar_otel.otel.exporter import export_events
 from tests._fixtures import REFERENCE, STREAMS, events, outcome
+from tests._otel_harness import otlp_file_spans, run_cli
 from tests._otlp_receivers import (
     GrpcMetricsReceiver,
     GrpcTraceReceiver,
@@ -62,11 +60,6 @@ def expected_span_count(name: str) -> int:
     provider.shutdown()
     assert made == len(exporter.get_finished_spans())
     return made
-
-
-def run_cli(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args), catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
 
 
 def check_one_whole_trace(spans: list[ReceivedSpan], expected: int) -> ReceivedSpan:
@@ -197,13 +190,7 @@ def test_endpoint_and_out_together_deliver_to_both(tmp_path: Path) -> None:
         )
         assert code == 0, err
         assert len(rx.spans()) == 17
-    written = [
-        s
-        for r in iter_otlp_json_file(out)
-        for rs in r.resource_spans
-        for ss in rs.scope_spans
-        for s in ss.spans
-    ]
+    written = otlp_file_spans(out)
     assert sorted(s.span_id for s in written) == sorted(s.span.span_id for s in rx.spans())
 
 

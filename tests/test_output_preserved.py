@@ -12,12 +12,11 @@ import os
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from rulvar_otel.cli import app
 from rulvar_otel.core.handle import handle_from_events
 from rulvar_otel.export import ExportOptions, FailureKind, export_run
 from tests._fixtures import STREAMS, events
+from tests._otel_harness import run_cli
 from tests.test_sse import serve_in_thread, served
 
 pytestmark = pytest.mark.usefixtures("otel_env_cleared")
@@ -39,15 +38,10 @@ def _untouched(path: Path, before: tuple[bytes, int]) -> None:
     assert leftovers == [], "a temporary file was left behind"
 
 
-def _cli(*args: str, stdin: bytes | None = None) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args), input=stdin, catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
-
-
 def test_bad_input_on_stdin_exits_2_and_keeps_the_earlier_default_file(tmp_path: Path) -> None:
     target = tmp_path / DEFAULT_FILE
     before = _earlier_output(target)
-    code, out, err = _cli("export", "-", "--progress", "off", stdin=b"not json\n")
+    code, out, err = run_cli("export", "-", "--progress", "off", stdin=b"not json\n")
     assert code == 2
     assert "the stream held no events" in err
     assert "exported" not in err and out == ""
@@ -61,7 +55,7 @@ def test_a_stream_that_fails_midway_keeps_the_earlier_file(tmp_path: Path) -> No
     stream = tmp_path / "broken.jsonl"
     # Valid events, then bytes that are not UTF-8 in strict mode: the reader fails midway.
     stream.write_bytes(b"".join(lines[:10]) + b"{broken\n")
-    code, _, err = _cli("export", str(stream), "--strict", "--out", str(target), "--progress", "off")
+    code, _, err = run_cli("export", str(stream), "--strict", "--out", str(target), "--progress", "off")
     assert code == 2 and "exported" not in err
     _untouched(target, before)
 
@@ -69,7 +63,7 @@ def test_a_stream_that_fails_midway_keeps_the_earlier_file(tmp_path: Path) -> No
 def test_a_successful_export_replaces_the_earlier_file(tmp_path: Path) -> None:
     target = tmp_path / "out.jsonl"
     before = _earlier_output(target)
-    code, _, err = _cli("export", str(STREAMS / "tools.jsonl"), "--out", str(target), "--progress", "off")
+    code, _, err = run_cli("export", str(STREAMS / "tools.jsonl"), "--out", str(target), "--progress", "off")
     assert code == 0, err
     assert target.read_bytes() != before[0] and target.stat().st_mtime_ns != before[1]
     assert f"to file {target}" in err
@@ -85,7 +79,7 @@ def _umask() -> int:
 def test_tail_of_an_unknown_run_exits_2_and_creates_no_file(tmp_path: Path) -> None:
     target = tmp_path / DEFAULT_FILE
     with serve_in_thread({}) as server:
-        code, _, err = _cli("tail", "--server", server.url, "--run", "missing", "--max-attempts", "2")
+        code, _, err = run_cli("tail", "--server", server.url, "--run", "missing", "--max-attempts", "2")
     assert code == 2 and "not found" in err
     assert "exported" not in err
     assert list(tmp_path.iterdir()) == []
@@ -96,7 +90,7 @@ def test_tail_of_an_unknown_run_keeps_the_earlier_file(tmp_path: Path) -> None:
     target = tmp_path / DEFAULT_FILE
     before = _earlier_output(target)
     with serve_in_thread({}) as server:
-        code, _, err = _cli("tail", "--server", server.url, "--run", "missing", "--max-attempts", "2")
+        code, _, err = run_cli("tail", "--server", server.url, "--run", "missing", "--max-attempts", "2")
     assert code == 2 and "exported" not in err
     _untouched(target, before)
 
@@ -109,7 +103,7 @@ def test_tail_that_cannot_connect_keeps_the_earlier_file(tmp_path: Path) -> None
         port = sock.getsockname()[1]
     target = tmp_path / DEFAULT_FILE
     before = _earlier_output(target)
-    code, _, err = _cli(
+    code, _, err = run_cli(
         "tail",
         "--server",
         f"http://127.0.0.1:{port}",
@@ -128,7 +122,9 @@ def test_tail_that_cannot_connect_keeps_the_earlier_file(tmp_path: Path) -> None
 def test_tail_that_succeeds_writes_the_file(tmp_path: Path) -> None:
     run_id, run = served("minimal")
     with serve_in_thread({run_id: run}) as server:
-        code, _, err = _cli("tail", "--server", server.url, "--run", run_id, "--progress", "off", "--no-tree")
+        code, _, err = run_cli(
+            "tail", "--server", server.url, "--run", run_id, "--progress", "off", "--no-tree"
+        )
     assert code == 0, err
     assert (tmp_path / DEFAULT_FILE).stat().st_size > 0 and "exported" in err
 
