@@ -37,17 +37,16 @@ from rulvar_otel.export._otlp_json import (
     parse_otlp_json_line,
     spans_to_otlp_json,
 )
-from rulvar_otel.export._run import (
+from rulvar_otel.export._report import (
     EventObserver,
     ExportFailure,
     ExportReport,
     FailureKind,
     PipelineFactory,
     SpanPipeline,
-    export_run,
-    export_run_async,
-    sdk_pipeline,
 )
+from rulvar_otel.export._run import export_run, export_run_async
+from rulvar_otel.export._sdk_pipeline import sdk_pipeline
 from rulvar_otel.export._settings import SETTINGS, EnvSetting, SettingKind
 from rulvar_otel.export._stream import StreamedRun
 from rulvar_otel.export._traces import (

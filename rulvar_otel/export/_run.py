@@ -1,208 +1,40 @@
 """``export_run``: one run's events into every configured destination, reported as data.
 
-One export: build the trace delivery (and the metrics pipeline when asked), drain the handle's
-events into the span pipeline and any observers, settle, flush, and return an
-:class:`ExportReport`. Nothing is printed and nothing is raised for bad options, bad input or
-an unreachable backend: each is an :class:`ExportFailure` of a :class:`FailureKind` in the
-report. Events of several runs in one stream are exported as one trace per run id, never merged.
-
-The span pipeline is pluggable (``pipeline=``): anything with ``feed``/``finish``/``close``
-(see :class:`SpanPipeline`); the default maps events onto SDK spans through
-:class:`~rulvar_otel.export._traces.TraceDelivery`.
+One export: open the metrics pipeline (when asked) and the span pipeline, drain the handle's
+events into it and any observers, settle, flush, and return an :class:`ExportReport`. Nothing is
+printed and nothing is raised for bad options, bad input or an unreachable backend: each is an
+:class:`ExportFailure` of a :class:`FailureKind` in the report. The span pipeline is pluggable
+(``pipeline=``, see ``_report.SpanPipeline``); the default is ``_sdk_pipeline``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any, Protocol
+from typing import Any
 
-from opentelemetry.metrics import Meter
-from opentelemetry.sdk.trace import ReadableSpan
-
-from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome, outcome_from_run_end
-from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
+from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome
+from rulvar_otel.core.masking import compile_secret_masker
 from rulvar_otel.errors import ConfigError, RulvarOtelError
 from rulvar_otel.export._logs import SdkLogCapture, clean_text
 from rulvar_otel.export._metrics import MetricsPipeline, build_metrics_delivery
 from rulvar_otel.export._options import ExportOptions
-from rulvar_otel.export._stream import StreamedRun, wire
-from rulvar_otel.export._traces import (
-    DeliveryReport,
-    TraceDelivery,
-    build_trace_delivery,
-    resolve_service_name,
+from rulvar_otel.export._report import (
+    EventObserver,
+    ExportFailure,
+    ExportReport,
+    FailureKind,
+    PipelineFactory,
+    SpanPipeline,
 )
-from rulvar_otel.otel.exporter import create_mapper
+from rulvar_otel.export._sdk_pipeline import sdk_pipeline
+from rulvar_otel.export._stream import StreamedRun, wire
+from rulvar_otel.export._traces import resolve_service_name
 
-__all__ = [
-    "EventObserver",
-    "ExportFailure",
-    "ExportReport",
-    "FailureKind",
-    "PipelineFactory",
-    "SpanPipeline",
-    "export_run",
-    "export_run_async",
-    "sdk_pipeline",
-]
-
-
-class FailureKind(enum.StrEnum):
-    """Why an export did not fully succeed."""
-
-    CONFIG = "config"  # bad options or environment; nothing was read or written
-    INPUT = "input"  # the source failed midway, or held no events
-    DELIVERY = "delivery"  # a trace destination did not receive every span
-    METRICS = "metrics"  # a metrics destination failed
-
-
-@dataclass(frozen=True, slots=True)
-class ExportFailure:
-    kind: FailureKind
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class ExportReport:
-    """What one export did. Every string in it is masked and free of terminal controls."""
-
-    events: int = 0
-    spans: int = 0
-    run_ids: tuple[str, ...] = ()
-    trace_ids: tuple[str, ...] = ()
-    failures: tuple[ExportFailure, ...] = ()
-    delivery: DeliveryReport | None = None
-    outcome: RunOutcome | BaseException | None = None
-    interrupted: bool = False
-    destinations: tuple[str, ...] = ()
-    prometheus_url: str | None = None
-    notes: tuple[str, ...] = ()
-    backpressure_waits: int = 0
-    kept_spans: tuple[ReadableSpan, ...] = field(default=(), repr=False)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures
-
-    def failed(self, *kinds: FailureKind) -> bool:
-        return any(f.kind in kinds for f in self.failures)
-
-
-class EventObserver(Protocol):
-    """Sees every event the export reads, and how the run settled (a progress view, say)."""
-
-    def feed(self, event: Mapping[str, Any]) -> None: ...
-
-    def finish(self, outcome: RunOutcome | BaseException | None) -> None: ...
-
-
-class SpanPipeline(Protocol):
-    """Turns events into delivered spans: feed every event, ``finish`` the runs, ``close`` once.
-
-    ``finish`` settles every run seen (``outcome`` is the handle's, for ``primary_run_id``) and
-    returns the spans created; ``close`` flushes, keeps or discards file output, and reports.
-    """
-
-    def feed(self, event: Mapping[str, Any]) -> None: ...
-
-    def finish(self, outcome: RunOutcome | BaseException | None, primary_run_id: str) -> int: ...
-
-    def close(self, *, keep_output: bool) -> DeliveryReport: ...
-
-    @property
-    def run_ids(self) -> tuple[str, ...]: ...
-
-    @property
-    def trace_ids(self) -> tuple[str, ...]: ...
-
-    @property
-    def kept_spans(self) -> tuple[ReadableSpan, ...]: ...
-
-    @property
-    def backpressure_waits(self) -> int: ...
-
-
-class PipelineFactory(Protocol):
-    """Builds the span pipeline of one export (raises ConfigError for bad options)."""
-
-    def __call__(
-        self,
-        options: ExportOptions,
-        *,
-        masker: SecretMasker,
-        meter: Meter | None,
-        environ: Mapping[str, str] | None,
-        keep_spans: bool,
-    ) -> SpanPipeline: ...
-
-
-class _SdkRunRouter:
-    """The default span pipeline: one :class:`SpanMapper` per run id on one SDK delivery."""
-
-    def __init__(self, delivery: TraceDelivery, masker: SecretMasker, meter: Meter | None) -> None:
-        self.delivery = delivery
-        self._masker = masker
-        self._meter = meter
-        self._mappers: dict[str, Any] = {}
-        self._last_run_id = ""
-
-    @property
-    def run_ids(self) -> tuple[str, ...]:
-        return tuple(self._mappers)
-
-    def feed(self, event: Mapping[str, Any]) -> None:
-        rid = event.get("runId")
-        if not isinstance(rid, str):
-            rid = self._last_run_id
-        self._last_run_id = rid
-        mapper = self._mappers.get(rid)
-        if mapper is None:
-            # Each run id gets its own mapper, hence its own trace: interleaved runs never merge.
-            mapper = create_mapper(self.delivery.tracer, masker=self._masker, meter=self._meter, run_id=rid)
-            self._mappers[rid] = mapper
-        mapper.feed(event)
-
-    def finish(self, outcome: RunOutcome | BaseException | None, primary_run_id: str) -> int:
-        spans = 0
-        single = len(self._mappers) == 1
-        for rid, mapper in self._mappers.items():
-            own = outcome if single or rid == primary_run_id else outcome_from_run_end(mapper.last_run_end)
-            spans += int(mapper.finish(own))
-        return spans
-
-    def close(self, *, keep_output: bool) -> DeliveryReport:
-        return self.delivery.finish(keep_output=keep_output)
-
-    @property
-    def trace_ids(self) -> tuple[str, ...]:
-        return tuple(self.delivery.trace_ids)
-
-    @property
-    def kept_spans(self) -> tuple[ReadableSpan, ...]:
-        return tuple(self.delivery.spans)
-
-    @property
-    def backpressure_waits(self) -> int:
-        return self.delivery.backpressure_waits
-
-
-def sdk_pipeline(
-    options: ExportOptions,
-    *,
-    masker: SecretMasker,
-    meter: Meter | None,
-    environ: Mapping[str, str] | None,
-    keep_spans: bool,
-) -> SpanPipeline:
-    """The default span pipeline: SDK spans through :func:`build_trace_delivery`."""
-    delivery = build_trace_delivery(options, environ=environ, keep_spans=keep_spans)
-    return _SdkRunRouter(delivery, masker, meter)
+__all__ = ["export_run", "export_run_async"]
 
 
 class _Export:
