@@ -184,7 +184,7 @@ def test_prometheus_host_is_the_address_the_endpoint_binds() -> None:
         ],
     )
     assert result.exit_code == 0, result.stderr
-    assert "serving Prometheus metrics on http://0.0.0.0:" in result.stderr
+    assert result.stderr.count("serving Prometheus metrics on http://0.0.0.0:") == 1
 
 
 class _Status503(BaseHTTPRequestHandler):

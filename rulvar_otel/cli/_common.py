@@ -338,42 +338,61 @@ def _observers(command: CommandOptions) -> list[_ProgressObserver]:
     return [_ProgressObserver(view)]
 
 
-def _on_note(command: CommandOptions, stderr: TextIO | None) -> Callable[[str], None]:
-    masker = compile_secret_masker(command.export.patterns or None)
-    return lambda text: say(text, masker, stream=stderr)
+class _LiveNotes:
+    """Prints notes as the export makes them; the report's copies are then not printed again."""
 
+    def __init__(self, command: CommandOptions, stderr: TextIO | None) -> None:
+        self._masker = compile_secret_masker(command.export.patterns or None)
+        self._stderr = stderr
+        self.printed = 0
 
-def _print(
-    report: ExportReport, command: CommandOptions, stdout: TextIO | None, stderr: TextIO | None
-) -> int:
-    return print_report(
-        report, patterns=command.export.patterns, tree=command.tree, stdout=stdout, stderr=stderr
-    )
+    def __call__(self, text: str) -> None:
+        self.printed += 1
+        say(text, self._masker, stream=self._stderr)
 
 
 def run_export(
     handle: RunHandle, command: CommandOptions, *, stdout: TextIO | None = None, stderr: TextIO | None = None
 ) -> tuple[int, ExportReport]:
     """Export ``handle`` as the command options say, print the report; the exit code and report."""
+    notes = _LiveNotes(command, stderr)
     report = export_run(
         handle,
         command.export,
         observers=_observers(command),
-        on_note=_on_note(command, stderr),
+        on_note=notes,
         keep_spans=command.tree is not False,
     )
-    return _print(report, command, stdout, stderr), report
+    return _print(report, command, notes, stdout, stderr), report
 
 
 async def run_export_async(
     handle: RunHandle, command: CommandOptions, *, stdout: TextIO | None = None, stderr: TextIO | None = None
 ) -> tuple[int, ExportReport]:
     """:func:`run_export` from async code."""
+    notes = _LiveNotes(command, stderr)
     report = await export_run_async(
         handle,
         command.export,
         observers=_observers(command),
-        on_note=_on_note(command, stderr),
+        on_note=notes,
         keep_spans=command.tree is not False,
     )
-    return _print(report, command, stdout, stderr), report
+    return _print(report, command, notes, stdout, stderr), report
+
+
+def _print(
+    report: ExportReport,
+    command: CommandOptions,
+    notes: _LiveNotes,
+    stdout: TextIO | None,
+    stderr: TextIO | None,
+) -> int:
+    return print_report(
+        report,
+        patterns=command.export.patterns,
+        tree=command.tree,
+        notes_printed=notes.printed,
+        stdout=stdout,
+        stderr=stderr,
+    )

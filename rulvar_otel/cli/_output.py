@@ -110,12 +110,14 @@ def print_report(
     *,
     patterns: Sequence[str] = (),
     tree: bool | None = None,
+    notes_printed: int = 0,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
 ) -> int:
     """Print ``report`` (tree, notes, failures, summary) and return the exit code.
 
-    ``tree`` prints the span tree on stdout (``None``: only when every destination is a file).
+    ``tree`` prints the span tree on stdout (``None``: only when every destination is a file);
+    the first ``notes_printed`` notes were printed live already.
     """
     masker = compile_secret_masker(patterns or None)
     code = exit_code(report)
@@ -130,7 +132,7 @@ def print_report(
                 _silence_stdout()
             say(f"error: cannot write the span tree to stdout: {exc}", masker, stream=stderr)
             code = max(code, EXIT_EXPORT_FAILED) if code != EXIT_USAGE else code
-    for note in report.notes:
+    for note in report.notes[notes_printed:]:
         say(note, masker, stream=stderr)
     for failure in report.failures:
         label = "error" if failure.kind in (FailureKind.CONFIG, FailureKind.INPUT) else "export failed"
