@@ -20,13 +20,15 @@ from rulvar_otel.export import SETTINGS
 from rulvar_otel.testing import MetricCapture, SpanCapture
 from tests import _fixtures
 
-# Files whose tests start real services are live by name, so a new one cannot forget the marker.
-_LIVE_FILE_PREFIXES = ("test_phoenix", "test_prometheus_live", "test_jaeger", "test_stack")
+# Files whose tests start real services are live by name too (test_*_live.py, test_phoenix*,
+# test_jaeger*, test_stack*), so a new one cannot forget the marker its module should carry.
+_LIVE_FILE_PREFIXES = ("test_phoenix", "test_jaeger", "test_stack")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.name.startswith(_LIVE_FILE_PREFIXES):
+        name = item.path.name
+        if name.startswith(_LIVE_FILE_PREFIXES) or name.endswith("_live.py"):
             item.add_marker(pytest.mark.live)
 
 

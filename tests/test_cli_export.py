@@ -233,7 +233,7 @@ def test_many_malformed_lines_print_a_bounded_number_of_diagnostics(tmp_path: Pa
         (["--protocol", "http/json"], "--protocol must be grpc or http/protobuf"),
         (["--prometheus-linger", "-1"], "--prometheus-linger must be a non-negative number"),
         (["--header", "novalue"], "KEY=VALUE"),
-        (["--pattern", "("], "patterns[0] is not a valid Python regular expression"),
+        (["--pattern", "("], "patterns[0] is not a valid pattern"),
         (["--pattern", ""], "patterns[0] is empty"),
         (["--endpoint", "localhost:4317"], "--endpoint must be an http:// or https:// URL"),
         (["--progress", "sometimes"], "--progress must be one of"),
@@ -481,3 +481,18 @@ def test_the_python_example_in_docs_runs_as_written(tmp_path: Path) -> None:
     report = namespace["report"]
     assert report.events == len(events("tools")) and report.spans == 17
     assert [f.kind for f in report.failures] == [FailureKind.DELIVERY]
+
+
+def test_no_openinference_drops_the_openinference_span_kind(tmp_path: Path) -> None:
+    kinds = {}
+    for flag in ("--openinference", "--no-openinference"):
+        out = tmp_path / f"{flag}.jsonl"
+        code, _, err = run_cli("export", str(STREAMS / "tools.jsonl"), "--out", str(out), "--no-tree", flag)
+        assert code == EXIT_OK, err
+        spans = otlp_file_spans(out)
+        kinds[flag] = {
+            a.value.string_value for s in spans for a in s.attributes if a.key == "openinference.span.kind"
+        }
+        assert {a.key for s in spans for a in s.attributes if a.key.startswith("gen_ai.")}  # GenAI stays
+    assert {"CHAIN", "AGENT", "LLM", "TOOL"} <= kinds["--openinference"]
+    assert kinds["--no-openinference"] == set()

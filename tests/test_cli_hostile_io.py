@@ -290,7 +290,7 @@ def test_userinfo_in_an_endpoint_never_reaches_the_terminal() -> None:
     )
     assert result.exit_code == 1
     assert "hunter2" not in result.stderr and "alice" not in result.stderr
-    assert f"***@127.0.0.1:{port}" in result.stderr
+    assert f"[redacted]@127.0.0.1:{port}" in result.stderr
 
 
 def test_one_ctrl_c_during_a_live_tail_exports_what_arrived(tmp_path: Path) -> None:

@@ -237,7 +237,7 @@ def test_collections_on_another_thread_while_recording(sdk: Any) -> None:
     data = _points(reader)
     assert sum(data[sc.METRIC_TOOL_CALLS].values()) == 5000
     assert sum(p[0] for p in data[sc.METRIC_TOOL_DURATION].values()) == 5000
-    assert sum(p[0] for p in data[sc.GEN_AI_CLIENT_TOKEN_USAGE].values()) == 4000
+    assert sum(p[0] for p in data[sc.METRIC_INVOCATION_TOKEN_USAGE].values()) == 4000
 
 
 def test_recorders_on_one_meter_share_one_hook_and_stay_independent(sdk: Any) -> None:

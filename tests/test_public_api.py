@@ -18,14 +18,25 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "rulvar_otel"
 
 ERRORS = [
+    "AdapterError",
+    "AgentFailedError",
+    "BudgetExhaustedError",
     "ConfigError",
+    "DeadlineExceededError",
+    "DeterminismError",
     "EventError",
     "ExportError",
+    "ExposureDrainedError",
+    "JournalError",
+    "QuotaExhaustedError",
+    "ReplayMissError",
     "RulvarOtelError",
     "RunNotFoundError",
     "RunRejectedError",
+    "SchemaValidationError",
     "SourceError",
     "StreamLineError",
+    "WorkflowError",
 ]
 
 PINNED: dict[str, list[str]] = {
@@ -148,10 +159,10 @@ PINNED: dict[str, list[str]] = {
         "read_jsonl_events",
     ],
     "rulvar_otel.cli": ["app", "main"],
-    # Until the engine moves to rulvar_otel.engine, its facade lives here.
-    "rulvar_otel.core.engine": [
+    "rulvar_otel.engine": [
         "AdapterError",
         "AgentFailedError",
+        "AgentOptions",
         "AgentRecord",
         "BudgetExhaustedError",
         "ConcurrencyGate",
@@ -168,6 +179,8 @@ PINNED: dict[str, list[str]] = {
         "Hang",
         "InMemoryJournalStore",
         "JournalEntry",
+        "JournalError",
+        "JournalKind",
         "JournalStore",
         "JsonlJournalStore",
         "ModelAdapter",
@@ -185,6 +198,7 @@ PINNED: dict[str, list[str]] = {
         "ResolutionOutcome",
         "RetryPolicy",
         "Rule",
+        "RunStatus",
         "SchemaValidationError",
         "ScriptTurn",
         "ScriptedAdapter",
@@ -201,6 +215,25 @@ PINNED: dict[str, list[str]] = {
         "fold_cost_report",
         "tool",
         "workflow",
+    ],
+    "rulvar_otel.engine.adapters": [],
+    "rulvar_otel.masking": [
+        "DEFAULT_SECRET_PATTERNS",
+        "MASKED_SECRET",
+        "MaskingLogFilter",
+        "SecretMasker",
+        "WORK_PER_BYTE",
+        "compile_secret_masker",
+        "default_masker",
+        "mask_secrets",
+        "mask_secrets_deep",
+        "masked_logging",
+        "output_masker",
+        "redact_url",
+        "redact_userinfo",
+        "sanitize_and_mask",
+        "sanitize_terminal_text",
+        "set_output_masker",
     ],
 }
 

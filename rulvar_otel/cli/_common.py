@@ -30,6 +30,7 @@ from rulvar_otel.cli._output import (
     terminal_safe,
 )
 from rulvar_otel.core.handle import RunHandle, RunOutcome
+from rulvar_otel.core.log_masking import set_output_masker
 from rulvar_otel.core.masking import compile_secret_masker
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.export import (
@@ -122,7 +123,8 @@ PatternOption = Annotated[
     typer.Option(
         "--pattern",
         metavar="REGEX",
-        help="Extra secret pattern (Python re syntax) masked in every exported string (repeatable).",
+        help="Extra secret pattern (RE2 syntax, see docs/masking.md) masked in every exported and "
+        "printed string (repeatable).",
     ),
 ]
 ProgressOption = Annotated[
@@ -282,6 +284,8 @@ def options_from_cli(
         )
     except ConfigError as exc:
         raise ConfigError(_flagged(str(exc))) from None
+    # Every line the command prints (its own, the progress view, library logs) uses this masker.
+    set_output_masker(compile_secret_masker(export.patterns) if export.patterns else None)
     return CommandOptions(export=export, progress=progress, tree=tree)
 
 

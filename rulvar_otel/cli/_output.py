@@ -13,9 +13,9 @@ import sys
 from collections.abc import Sequence
 from typing import Final, TextIO
 
-from rulvar_otel.core.masking import SecretMasker, compile_secret_masker, default_masker
+from rulvar_otel.core.log_masking import output_masker
+from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
 from rulvar_otel.export import ExportReport, FailureKind
-from rulvar_otel.export._logs import clean_text
 
 __all__ = [
     "EXIT_EXPORT_FAILED",
@@ -38,8 +38,14 @@ MAX_PRINTED_CHARS: Final = 1000
 
 
 def terminal_safe(text: str, masker: SecretMasker | None = None) -> str:
-    """Mask secrets, strip terminal controls and bound the length: every printed dynamic string."""
-    return clean_text(text, masker or default_masker(), limit=MAX_PRINTED_CHARS)
+    """Sanitize, mask (URL userinfo redacted) and bound: the discipline for every printed dynamic string.
+
+    Without ``masker``, the command's own (``--pattern`` included) once its options are parsed.
+    """
+    if len(text) > 4 * MAX_PRINTED_CHARS:
+        text = text[: 4 * MAX_PRINTED_CHARS]
+    cleaned = (masker or output_masker()).clean(text)
+    return cleaned if len(cleaned) <= MAX_PRINTED_CHARS else cleaned[: MAX_PRINTED_CHARS - 1] + "…"
 
 
 def say(text: str, masker: SecretMasker | None = None, *, stream: TextIO | None = None) -> None:

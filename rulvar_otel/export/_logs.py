@@ -10,12 +10,11 @@ userinfo redacted, bounded) and counted rather than repeated.
 from __future__ import annotations
 
 import logging
-import re
 from collections import Counter
 from collections.abc import Callable
 from typing import Final
 
-from rulvar_otel.core.masking import SecretMasker, sanitize_terminal_text
+from rulvar_otel.core.masking import SecretMasker
 
 __all__ = ["MAX_MESSAGE_CHARS", "SdkLogCapture", "clean_text"]
 
@@ -23,15 +22,13 @@ __all__ = ["MAX_MESSAGE_CHARS", "SdkLogCapture", "clean_text"]
 MAX_MESSAGE_CHARS: Final = 1000
 _MAX_DISTINCT: Final = 50
 _LOGGER: Final = "opentelemetry"
-_USERINFO: Final = re.compile(r"(?<=//)[^/@\s]+@")
 
 
 def clean_text(text: str, masker: SecretMasker, *, limit: int = MAX_MESSAGE_CHARS) -> str:
-    """Masked, stripped of terminal controls, userinfo redacted, at most ``limit`` characters."""
+    """Sanitized, masked, userinfo redacted (:meth:`SecretMasker.clean`), at most ``limit`` characters."""
     if len(text) > 4 * limit:
         text = text[: 4 * limit]
-    # Masked again after sanitizing: a control sequence glued to a key hides its word boundary.
-    cleaned = masker.mask(sanitize_terminal_text(masker.mask(_USERINFO.sub("***@", text))))
+    cleaned = masker.clean(text)
     if len(cleaned) > limit:
         cleaned = cleaned[: limit - 1] + "…"
     return cleaned

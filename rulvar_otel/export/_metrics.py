@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -29,15 +30,21 @@ from opentelemetry.sdk.metrics.export import (
     MetricsData,
     PeriodicExportingMetricReader,
 )
-from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from rulvar_otel.core.masking import redact_url
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.export._options import ExportOptions
 from rulvar_otel.export._settings import read_headers, read_millis, resolve_protocol
-from rulvar_otel.otel.semconv import DEFAULT_SERVICE_NAME, INSTRUMENTATION_SCOPE
+from rulvar_otel.otel.semconv import (
+    DEFAULT_SERVICE_NAME,
+    INSTRUMENTATION_SCOPE,
+    INSTRUMENTATION_VERSION,
+    SCHEMA_URL,
+)
 
 __all__ = ["MetricsPipeline", "MetricsSetup", "build_meter_provider", "build_metrics_delivery"]
 
@@ -158,7 +165,7 @@ class MetricsPipeline:
 
     @property
     def meter(self) -> Meter:
-        return self.provider.get_meter(INSTRUMENTATION_SCOPE)
+        return self.provider.get_meter(INSTRUMENTATION_SCOPE, INSTRUMENTATION_VERSION, schema_url=SCHEMA_URL)
 
     @property
     def prometheus_url(self) -> str | None:
@@ -211,7 +218,8 @@ def _validate(setup: MetricsSetup) -> None:
     if setup.otlp_endpoint is not None:
         parsed = urlparse(setup.otlp_endpoint)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise ConfigError(f"metrics endpoint {setup.otlp_endpoint!r} is not an http(s)://host:port URL")
+            shown = redact_url(setup.otlp_endpoint)
+            raise ConfigError(f"metrics endpoint {shown!r} is not an http(s)://host:port URL")
     if setup.otlp_protocol not in ("grpc", "http/protobuf"):
         raise ConfigError(f"metrics protocol {setup.otlp_protocol!r} is not 'grpc' or 'http/protobuf'")
     if not 0 < setup.timeout_s <= MAX_TIMEOUT_S:
@@ -254,13 +262,29 @@ def _otlp_exporter(setup: MetricsSetup) -> MetricExporter:
     return HttpExporter(endpoint=endpoint, headers=headers, timeout=setup.timeout_s)
 
 
+def _with_instance_id(resource: Resource) -> Resource:
+    """``resource`` with a ``service.instance.id`` (a fresh UUID unless it has one)."""
+    if resource.attributes.get(SERVICE_INSTANCE_ID):
+        return resource
+    return resource.merge(Resource({SERVICE_INSTANCE_ID: str(uuid.uuid4())}))
+
+
 def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = None) -> MetricsPipeline:
     """Build a MeterProvider for ``setup`` (raises :class:`ConfigError` on a bad option).
 
     The Prometheus endpoint uses its own registry, so several pipelines (or a host's own
     ``prometheus_client`` metrics) never collide; :class:`ConfigError` when the port is taken.
+
+    Every pipeline is its own ``service.instance.id`` (a UUID unless ``resource`` names one): it
+    labels every series the pull endpoint serves (``service_instance_id``) and, over OTLP, the
+    collector's Prometheus exporter makes it the ``instance`` label. So two processes that export
+    runs with the same labels one after the other (a loop of one-shot exports) write two series,
+    each counted in full, instead of one series that seems never to move.
     """
     _validate(setup)
+    resource = _with_instance_id(
+        resource if resource is not None else Resource.create({SERVICE_NAME: setup.service_name})
+    )
     readers: list[MetricReader] = []
     tracked: _TrackedMetricExporter | None = None
     if setup.otlp_endpoint is not None:
@@ -281,7 +305,11 @@ def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = Non
         registry = CollectorRegistry(auto_describe=True)
         scrapes = _ScrapeCounter()
         registry.register(scrapes)
-        readers.append(PrometheusMetricReader(registry=registry))
+        readers.append(
+            PrometheusMetricReader(
+                registry=registry, resource_attribute_filter=lambda key: key == SERVICE_INSTANCE_ID
+            )
+        )
         try:
             server, thread = start_http_server(
                 setup.prometheus_port, addr=setup.prometheus_host, registry=registry
@@ -292,10 +320,7 @@ def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = Non
                 f"{exc.strerror or exc}"
             ) from exc
         port = int(server.server_port)
-    provider = MeterProvider(
-        metric_readers=readers,
-        resource=resource if resource is not None else Resource.create({SERVICE_NAME: setup.service_name}),
-    )
+    provider = MeterProvider(metric_readers=readers, resource=resource)
     return MetricsPipeline(
         provider,
         setup.timeout_s,

@@ -26,10 +26,17 @@ __all__ = ["sdk_pipeline"]
 class _SdkRunRouter:
     """The default span pipeline: one :class:`SpanMapper` per run id on one SDK delivery."""
 
-    def __init__(self, delivery: TraceDelivery, masker: SecretMasker, meter: Meter | None) -> None:
+    def __init__(
+        self,
+        delivery: TraceDelivery,
+        masker: SecretMasker,
+        meter: Meter | None,
+        conventions: tuple[str, ...] | None,
+    ) -> None:
         self.delivery = delivery
         self._masker = masker
         self._meter = meter
+        self._conventions = conventions
         self._mappers: dict[str, Any] = {}
         self._last_run_id = ""
 
@@ -45,7 +52,13 @@ class _SdkRunRouter:
         mapper = self._mappers.get(rid)
         if mapper is None:
             # Each run id gets its own mapper, hence its own trace: interleaved runs never merge.
-            mapper = create_mapper(self.delivery.tracer, masker=self._masker, meter=self._meter, run_id=rid)
+            mapper = create_mapper(
+                self.delivery.tracer,
+                masker=self._masker,
+                meter=self._meter,
+                run_id=rid,
+                conventions=self._conventions,
+            )
             self._mappers[rid] = mapper
         mapper.feed(event)
 
@@ -83,4 +96,6 @@ def sdk_pipeline(
 ) -> SpanPipeline:
     """The default span pipeline: SDK spans through :func:`build_trace_delivery`."""
     delivery = build_trace_delivery(options, environ=environ, keep_spans=keep_spans)
-    return _SdkRunRouter(delivery, masker, meter)
+    # None keeps the mapper's default set (OpenInference on); () leaves only OpenTelemetry's.
+    conventions = None if options.openinference else ()
+    return _SdkRunRouter(delivery, masker, meter, conventions)

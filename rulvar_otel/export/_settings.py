@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from opentelemetry.util.re import parse_env_headers
 
+from rulvar_otel.core.masking import redact_url
 from rulvar_otel.errors import ConfigError
 
 __all__ = [
@@ -180,12 +181,12 @@ def check_endpoint(url: str, origin: str) -> None:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(
             f"{origin} must be an http:// or https:// URL with a host, e.g. http://localhost:4317 "
-            f"(got {url!r})"
+            f"(got {redact_url(url)!r})"
         )
     try:
         parts.port  # noqa: B018 - validates the port
     except ValueError as exc:
-        raise ConfigError(f"{origin} has an invalid port (got {url!r})") from exc
+        raise ConfigError(f"{origin} has an invalid port (got {redact_url(url)!r})") from exc
 
 
 def resolve_protocol(

@@ -33,6 +33,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import Tracer
 
+from rulvar_otel.core.masking import redact_url
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.export._batching import BlockingBatchSpanProcessor
 from rulvar_otel.export._options import ExportOptions
@@ -89,16 +90,7 @@ class OtlpTarget:
     timeout_s: float
 
     def describe(self) -> str:
-        return f"OTLP {self.protocol} endpoint {_redact(self.endpoint)}"
-
-
-def _redact(url: str) -> str:
-    # Userinfo (http://user:pass@host) never reaches a message.
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return parts._replace(netloc=f"***@{host}").geturl()
+        return f"OTLP {self.protocol} endpoint {redact_url(self.endpoint)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,7 +286,9 @@ class TraceDelivery:
 
     @property
     def tracer(self) -> Tracer:
-        return self.provider.get_tracer(semconv.INSTRUMENTATION_SCOPE)
+        return self.provider.get_tracer(
+            semconv.INSTRUMENTATION_SCOPE, semconv.INSTRUMENTATION_VERSION, schema_url=semconv.SCHEMA_URL
+        )
 
     @property
     def file_path(self) -> Path | None:

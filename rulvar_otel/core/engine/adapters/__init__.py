@@ -1,1 +1,0 @@
-"""Model adapters for real providers (imported on demand: they load network clients lazily)."""
