@@ -290,3 +290,19 @@ def test_threads_do_not_outlive_an_export(tmp_path: Path) -> None:
     time.sleep(0.1)
     after = {t.name for t in threading.enumerate() if t.is_alive()}
     assert "rulvar-otel-span-export" not in after - before
+
+
+def test_each_interleaved_run_settles_from_its_own_run_end(tmp_path: Path) -> None:
+    from opentelemetry.proto.trace.v1.trace_pb2 import Status
+
+    ok, failed = events("tools"), events("error")
+    merged: list[dict[str, Any]] = []
+    for index in range(max(len(ok), len(failed))):
+        merged.extend(stream[index] for stream in (ok, failed) if index < len(stream))
+    out = tmp_path / "mixed.jsonl"
+    report = export_run(StreamedRun(merged), ExportOptions(out=out))
+    assert report.ok and len(report.run_ids) == 2
+    roots = {s.trace_id: s for s in otlp_file_spans(out) if not s.parent_span_id}
+    statuses = sorted(Status.StatusCode.Name(s.status.code) for s in roots.values())
+    # The error run's last run:end is the stream's last: it must not settle the ok run as well.
+    assert statuses == ["STATUS_CODE_ERROR", "STATUS_CODE_OK"]

@@ -85,8 +85,9 @@ class EventObserver(Protocol):
 class SpanPipeline(Protocol):
     """Turns events into delivered spans: feed every event, ``finish`` the runs, ``close`` once.
 
-    ``finish`` settles every run seen (``outcome`` is the handle's, for ``primary_run_id``) and
-    returns the spans created; ``close`` flushes, keeps or discards file output, and reports.
+    ``finish`` settles every run seen (``outcome`` is the handle's, for ``primary_run_id``;
+    ``None``: each run settles from its own last ``run:end``) and returns the spans created;
+    ``close`` flushes, keeps or discards file output, and reports.
     """
 
     def feed(self, event: Mapping[str, Any]) -> None: ...

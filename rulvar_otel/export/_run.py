@@ -120,12 +120,17 @@ class _Export:
         primary_run_id: str,
         source_error: BaseException | None,
         interrupted: bool,
+        settled: RunOutcome | BaseException | None = None,
     ) -> ExportReport:
+        """Settle, flush and report. ``outcome`` is the handle's own (``None``: each run settles
+        from its stream); ``settled`` is how the run settled as observers and the report see it."""
         assert self.pipeline is not None
         spans = self.pipeline.finish(outcome, primary_run_id)
+        if settled is None:
+            settled = outcome
         for observer in self.observers:
             try:
-                observer.finish(outcome)
+                observer.finish(settled)
             except Exception:  # noqa: BLE001
                 pass
         if source_error is not None:
@@ -154,7 +159,7 @@ class _Export:
             trace_ids=self.pipeline.trace_ids,
             failures=tuple(self.failures),
             delivery=delivery,
-            outcome=outcome,
+            outcome=settled,
             interrupted=interrupted,
             destinations=tuple(self.clean(t.target) for t in delivery.targets),
             prometheus_url=self.metrics.prometheus_url if self.metrics is not None else None,
@@ -217,8 +222,9 @@ async def export_run_async(
         except Exception as exc:  # noqa: BLE001 - reported as an input failure
             source_error = exc
         outcome: RunOutcome | BaseException | None = None
+        settled: RunOutcome | BaseException | None = None
         if isinstance(handle, StreamedRun):
-            outcome = handle.outcome_now()
+            outcome, settled = handle.given_outcome, handle.outcome_now()
         elif not interrupted and source_error is None:
             try:
                 outcome = await handle.result
@@ -229,7 +235,7 @@ async def export_run_async(
         primary = _run_id(handle)
         # Flushing can block for up to one export timeout; keep the event loop free meanwhile.
         try:
-            return await asyncio.to_thread(export.close, outcome, primary, source_error, interrupted)
+            return await asyncio.to_thread(export.close, outcome, primary, source_error, interrupted, settled)
         except asyncio.CancelledError:
             export.stop_linger()
             raise
@@ -322,7 +328,8 @@ def export_run(
             if not export.open():
                 return export.report_only()
             source_error, interrupted = _drain_sync(export, interrupt, handle.iter_sync())
-            return export.close(handle.outcome_now(), handle.run_id, source_error, interrupted)
+            settled = handle.outcome_now()
+            return export.close(handle.given_outcome, handle.run_id, source_error, interrupted, settled)
     return asyncio.run(
         export_run_async(
             handle,

@@ -66,7 +66,9 @@ class _SdkRunRouter:
         spans = 0
         single = len(self._mappers) == 1
         for rid, mapper in self._mappers.items():
-            own = outcome if single or rid == primary_run_id else outcome_from_run_end(mapper.last_run_end)
+            # The handle's outcome is its run's; without one each run settles from its own run:end.
+            given = outcome is not None and (single or rid == primary_run_id)
+            own = outcome if given else outcome_from_run_end(mapper.last_run_end)
             spans += int(mapper.finish(own))
         return spans
 

@@ -123,6 +123,11 @@ class StreamedRun:
             yield event
         self._exhausted = True
 
+    @property
+    def given_outcome(self) -> RunOutcome | BaseException | None:
+        """The outcome the run was created with, ``None`` when it is derived from the stream."""
+        return self._outcome
+
     def outcome_now(self) -> RunOutcome | BaseException:
         """How the run settled as known now: the given outcome, else the last ``run:end`` read."""
         if self._outcome is not None:
