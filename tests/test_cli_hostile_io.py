@@ -334,3 +334,13 @@ def test_one_ctrl_c_during_a_live_tail_exports_what_arrived(tmp_path: Path) -> N
     assert "interrupted; exported what was read" in err
     assert "Traceback" not in err
     assert _spans(tmp_path / "tail.jsonl") > 0
+
+
+def test_closed_stdout_with_a_tree_fails_with_exit_1_and_a_message(tmp_path: Path) -> None:
+    command = (
+        " ".join(f"'{part}'" for part in ENTRY) + f" export '{STREAMS / 'minimal.jsonl'}' --progress off >&-"
+    )
+    done = subprocess.run(["sh", "-c", command], capture_output=True, text=True, env=_env(), cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "cannot write the span tree to stdout: stdout is closed" in done.stderr
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr

@@ -95,6 +95,8 @@ def _print_tree(report: ExportReport, masker: SecretMasker, stdout: TextIO | Non
     from rulvar_otel.cli._tree import print_span_tree
 
     out = stdout if stdout is not None else sys.stdout
+    if out is None:  # fd 1 closed (`>&-`): Python has no sys.stdout at all
+        raise _StdoutGoneError("stdout is closed")
     console = Console(file=out, highlight=False, soft_wrap=True)
     try:
         print_span_tree(list(report.kept_spans), console, masker=masker)
@@ -105,6 +107,8 @@ def _print_tree(report: ExportReport, masker: SecretMasker, stdout: TextIO | Non
 
 def _silence_stdout() -> None:
     # Python flushes stdout again at exit and prints a traceback when that fails too.
+    if sys.stdout is None:
+        return
     with contextlib.suppress(OSError, ValueError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
