@@ -53,19 +53,20 @@ __all__ = [
 
 MASKED_SECRET: Final = "[masked-secret]"
 
-# RE2 syntax. None needs the engine to look past the end of its match, so finding every match of
-# one pattern is a single pass. A private key cut short (a truncated value) is still masked.
+# RE2 syntax (the collector's redaction processor mirrors them). Only a private key's search can
+# read past its match (to find the END line); a key cut short (a truncated value) is still masked
+# from its BEGIN line on.
 DEFAULT_SECRET_PATTERNS: Final[tuple[str, ...]] = (
-    r"\bsk-[A-Za-z0-9_-]{16,}",
+    r"\bsk-[A-Za-z0-9_-]{16,}\b",
     r"\bAKIA[0-9A-Z]{16}\b",
-    r"\bgh[pousr]_[A-Za-z0-9]{20,}",
-    r"\bgithub_pat_[A-Za-z0-9_]{20,}",
-    r"\bxox[baprs]-[A-Za-z0-9-]{10,}",
-    r"\bAIza[0-9A-Za-z_-]{35}",
+    r"\bgh[pousr]_[A-Za-z0-9]{20,}\b",
+    r"\bgithub_pat_[A-Za-z0-9_]{20,}\b",
+    r"\bxox[baprs]-[A-Za-z0-9-]{10,}\b",
+    r"\bAIza[0-9A-Za-z_-]{35}\b",
     r"\bBearer\s+[A-Za-z0-9._~+/=-]{20,}",
-    r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
-    r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----[\s\S]*?-----END [A-Z ]{0,40}PRIVATE KEY-----",
-    r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----(?:[A-Za-z0-9+/=\r\n,.-]|: ?)*",
+    r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\b",
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----"
+    r"(?:[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----|(?:[A-Za-z0-9+/=\r\n,.-]|: ?)*)",
 )
 
 # The shortest string any default pattern can match: "xoxb-" plus 10 characters.
