@@ -376,7 +376,7 @@ def test_library_log_records_and_endpoint_userinfo_reach_stderr_masked(tmp_path:
     ],
 )
 def test_a_corrupt_journal_line_is_reported_without_its_content(tmp_path: Path, corrupt: Any) -> None:
-    from rulvar_otel.core.engine.journal import JsonlJournalStore
+    from rulvar_otel.engine.journal import JsonlJournalStore
     from rulvar_otel.errors import SourceError
 
     good = json.dumps({"seq": 2, "kind": "k", "ts": "t"})

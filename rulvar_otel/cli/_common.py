@@ -165,7 +165,25 @@ PrometheusPortOption = Annotated[
     typer.Option(
         "--prometheus-port",
         metavar="N",
-        help="Also serve run metrics for Prometheus on 127.0.0.1:N while the export runs.",
+        help="Also serve run metrics for Prometheus on port N (of --prometheus-host) while the export runs.",
+    ),
+]
+PrometheusHostOption = Annotated[
+    str,
+    typer.Option(
+        "--prometheus-host",
+        metavar="HOST",
+        help="Address the --prometheus-port endpoint binds: 0.0.0.0 lets a container (the compose "
+        "Prometheus) or another machine scrape it.",
+    ),
+]
+PrometheusLingerOption = Annotated[
+    float,
+    typer.Option(
+        "--prometheus-linger",
+        metavar="SECONDS",
+        help="Keep the --prometheus-port endpoint up this long after the export, so a scraper sees "
+        "the final values (at least its scrape interval; 0 closes it at once).",
     ),
 ]
 
@@ -184,6 +202,8 @@ _SHARED_OPTIONS: Final[tuple[tuple[str, Any, Any], ...]] = (
     ("deterministic_ids", DeterministicIdsOption, False),
     ("metrics_endpoint", MetricsEndpointOption, None),
     ("prometheus_port", PrometheusPortOption, None),
+    ("prometheus_host", PrometheusHostOption, "127.0.0.1"),
+    ("prometheus_linger", PrometheusLingerOption, 0.0),
 )
 
 
@@ -232,6 +252,8 @@ class ExportOptions:
     export_timeout_s: float | None = None
     metrics_endpoint: str | None = None
     prometheus_port: int | None = None
+    prometheus_host: str = "127.0.0.1"
+    prometheus_linger_s: float = 0.0
     ceiling_usd: float | None = None
     deterministic_ids: bool = False
 
@@ -250,6 +272,8 @@ class ExportOptions:
         export_timeout: float | None = None,
         metrics_endpoint: str | None = None,
         prometheus_port: int | None = None,
+        prometheus_host: str = "127.0.0.1",
+        prometheus_linger: float = 0.0,
         ceiling_usd: float | None = None,
         deterministic_ids: bool = False,
     ) -> ExportOptions:
@@ -266,6 +290,10 @@ class ExportOptions:
             raise ConfigError(f"--export-timeout must be a positive number of seconds (got {export_timeout})")
         if prometheus_port is not None and not (0 <= prometheus_port <= 65535):
             raise ConfigError(f"--prometheus-port must be a TCP port, 0-65535 (got {prometheus_port})")
+        if not prometheus_host.strip():
+            raise ConfigError("--prometheus-host must name a host or address")
+        if not (0 <= prometheus_linger <= 3600):
+            raise ConfigError(f"--prometheus-linger must be 0-3600 seconds (got {prometheus_linger})")
         # Every line the command prints (its own, the progress view, library logs) uses this masker.
         set_output_masker(compile_secret_masker(pattern) if pattern else None)
         return cls(
@@ -280,6 +308,8 @@ class ExportOptions:
             export_timeout_s=export_timeout,
             metrics_endpoint=metrics_endpoint,
             prometheus_port=prometheus_port,
+            prometheus_host=prometheus_host,
+            prometheus_linger_s=prometheus_linger,
             ceiling_usd=ceiling_usd,
             deterministic_ids=deterministic_ids,
         )
@@ -356,6 +386,8 @@ def _open_metrics(options: ExportOptions) -> tuple[Meter | None, Callable[[], No
         headers=dict(options.headers),
         timeout_s=min(options.export_timeout_s or DEFAULT_EXPORT_TIMEOUT_S, 60.0),
         prometheus_port=options.prometheus_port,
+        prometheus_host=options.prometheus_host,
+        prometheus_linger_s=options.prometheus_linger_s,
         service_name=resolve_service_name(options.trace_options()),
     )
     pipeline = build_meter_provider(setup)

@@ -211,7 +211,7 @@ class ProgressState:
     def agent_name(self, wire: Mapping[str, Any]) -> str:
         label = _str(wire.get("label"))
         agent_type = _str(wire.get("agentType"))
-        name = label or agent_type or "agent"
+        name = label or agent_type or "(anon)"  # as the span name says it
         return self.clean(name)
 
     def _agent(self, wire: Mapping[str, Any], span_id: str) -> AgentRow:

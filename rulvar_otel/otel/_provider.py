@@ -371,7 +371,9 @@ class TraceDelivery:
 
     @property
     def tracer(self) -> Tracer:
-        return self.provider.get_tracer(semconv.INSTRUMENTATION_SCOPE)
+        return self.provider.get_tracer(
+            semconv.INSTRUMENTATION_SCOPE, semconv.INSTRUMENTATION_VERSION, schema_url=semconv.SCHEMA_URL
+        )
 
     @property
     def spans(self) -> list[ReadableSpan]:
