@@ -37,9 +37,9 @@ from rulvar_otel.errors import (
 )
 
 if TYPE_CHECKING:
-    from rulvar_otel.core.engine import create_engine, tool, workflow
     from rulvar_otel.core.progress import render_progress
     from rulvar_otel.core.reducers import reduce_critical_path, reduce_invocation_table
+    from rulvar_otel.engine import create_engine, tool, workflow
     from rulvar_otel.otel import SpanMapper, create_mapper, export_events, to_otel
     from rulvar_otel.otel.ids import RulvarIdGenerator
     from rulvar_otel.otel.metrics import MetricsRecorder, record_metrics
@@ -63,9 +63,9 @@ _LAZY: dict[str, str] = {
     "reduce_invocation_table": "rulvar_otel.core.reducers",
     "reduce_critical_path": "rulvar_otel.core.reducers",
     "render_progress": "rulvar_otel.core.progress",
-    "create_engine": "rulvar_otel.core.engine",
-    "workflow": "rulvar_otel.core.engine",
-    "tool": "rulvar_otel.core.engine",
+    "create_engine": "rulvar_otel.engine",
+    "workflow": "rulvar_otel.engine",
+    "tool": "rulvar_otel.engine",
 }
 
 

@@ -9,10 +9,22 @@ can catch the whole family in one clause, or one branch precisely::
     ├── EventError(ValueError)          one event that is not a WorkflowEvent
     │   └── StreamLineError             one line of a JSONL stream, with its line number
     ├── SourceError(RuntimeError)       a source that cannot deliver (unreadable file, server
-    │   └── RunNotFoundError            refusing, unknown run)
+    │   ├── RunNotFoundError            refusing, unknown run)
+    │   └── JournalError                the engine's journal store cannot be read or written
     ├── RunRejectedError(RuntimeError)  a run's result rejected (unsettled, superseded, failed);
     │                                   carries the rejection's name and code
-    └── ExportError(RuntimeError)       the telemetry backend refused or was unreachable
+    ├── ExportError(RuntimeError)       the telemetry backend refused or was unreachable
+    └── WorkflowError(RuntimeError)     what a bundled-engine workflow sees from a ``ctx`` call;
+        │                               each carries its wire error (code, message, retryable)
+        ├── AdapterError                a model provider's typed failure (``retryable`` decides)
+        ├── AgentFailedError            an agent settled ``error``
+        ├── BudgetExhaustedError        the run's USD ceiling refused: the run settles ``exhausted``
+        │   └── ExposureDrainedError    the in-flight exposure cap can never fit the call
+        ├── QuotaExhaustedError         the quota limiter denied more than ``max_denials`` times
+        ├── SchemaValidationError       structured output stayed invalid
+        ├── DeterminismError            a bare clock/random call under ``determinism_mode="error"``
+        ├── DeadlineExceededError       a suspension's deadline passed before any answer
+        └── ReplayMissError             a dry-run reached an operation the journal does not hold
 
 ``ConfigError`` and ``EventError`` are ``ValueError`` subclasses because both mean "the input is
 wrong"; the two runtime errors mean "the world is wrong" and retrying can help.
@@ -20,15 +32,29 @@ wrong"; the two runtime errors mean "the world is wrong" and retrying can help.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, Self
+
 __all__ = [
+    "AdapterError",
+    "AgentFailedError",
+    "BudgetExhaustedError",
     "ConfigError",
+    "DeadlineExceededError",
+    "DeterminismError",
     "EventError",
     "ExportError",
+    "ExposureDrainedError",
+    "JournalError",
+    "QuotaExhaustedError",
+    "ReplayMissError",
     "RulvarOtelError",
     "RunNotFoundError",
     "RunRejectedError",
+    "SchemaValidationError",
     "SourceError",
     "StreamLineError",
+    "WorkflowError",
 ]
 
 
@@ -89,3 +115,93 @@ class ExportError(RulvarOtelError, RuntimeError):
     """Spans or metrics could not be delivered to the configured backend."""
 
     code = "export"
+
+
+class JournalError(SourceError):
+    """The bundled engine's journal store refused a read or a write; the message names the file."""
+
+    code = "journal"
+
+
+class WorkflowError(RulvarOtelError, RuntimeError):
+    """Base of the errors a workflow sees from ``ctx`` calls; each carries a wire error."""
+
+    code = "workflow"
+
+    def __init__(self, message: str, *, code: str | None = None, retryable: bool = False, data: Any = None):
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+        self.retryable = retryable
+        self.data = data
+
+    def to_wire(self) -> dict[str, Any]:
+        """The WireError shape: ``code``, ``message``, ``retryable`` and ``data`` when present."""
+        out: dict[str, Any] = {"code": self.code, "message": str(self), "retryable": self.retryable}
+        if self.data is not None:
+            out["data"] = self.data
+        return out
+
+    @classmethod
+    def from_wire(cls, wire: Mapping[str, Any]) -> Self:
+        """Rebuild the error a journaled terminal recorded (replay raises what the live run raised)."""
+        return cls(
+            str(wire.get("message", "the workflow operation failed")),
+            code=str(wire.get("code", cls.code)),
+            retryable=bool(wire.get("retryable", False)),
+            data=wire.get("data"),
+        )
+
+
+class AdapterError(WorkflowError):
+    """A typed wire error from a model adapter; ``retryable`` decides whether the engine retries."""
+
+    code = "agent"
+
+
+class AgentFailedError(WorkflowError):
+    """An agent settled with status ``error``; its wire error is the agent's terminal error."""
+
+    code = "agent"
+
+
+class BudgetExhaustedError(WorkflowError):
+    """The run's USD ceiling refused an admission or a call: the run settles ``exhausted``."""
+
+    code = "budget_exhausted"
+
+
+class ExposureDrainedError(BudgetExhaustedError):
+    """The in-flight exposure cap refused a call with nothing in flight to wait for."""
+
+    code = "exposure_drained"
+
+
+class QuotaExhaustedError(WorkflowError):
+    """The quota limiter denied a call more times than ``max_denials`` allows."""
+
+    code = "quota_exhausted"
+
+
+class SchemaValidationError(WorkflowError):
+    """Structured output stayed invalid after every extract attempt."""
+
+    code = "schema_invalid"
+
+
+class DeterminismError(WorkflowError):
+    """A bare clock or randomness call from workflow code under ``determinism_mode="error"``."""
+
+    code = "determinism"
+
+
+class DeadlineExceededError(WorkflowError):
+    """A suspension's deadline passed before anyone resolved it (``await_external``, approvals)."""
+
+    code = "deadline_exceeded"
+
+
+class ReplayMissError(WorkflowError):
+    """A dry-run reached an operation the journal does not hold (it makes no live call)."""
+
+    code = "replay_miss"

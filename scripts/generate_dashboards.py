@@ -25,7 +25,13 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableRefresh, VariableSort
 
 from rulvar_otel.otel import semconv as sc
-from rulvar_otel.otel.metrics.registry import REGISTRY, definition, prometheus_label
+from rulvar_otel.otel.metrics.registry import (
+    REGISTRY,
+    SPAN_METRICS,
+    SPAN_METRICS_NAMESPACE,
+    definition,
+    prometheus_label,
+)
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 DASHBOARDS_DIR: Final = ROOT / "dashboards"
@@ -43,6 +49,12 @@ def series(name: str, suffix: str = "") -> str:
     return f"{base}_{suffix}" if suffix else base
 
 
+def span_series(name: str, suffix: str = "") -> str:
+    """The Prometheus series of the collector's spanmetrics metric ``name``."""
+    base = next(entry for entry in SPAN_METRICS if entry.name == name).prometheus_name
+    return f"{base}_{suffix}" if suffix else base
+
+
 def label(attribute: str) -> str:
     return prometheus_label(attribute)
 
@@ -53,18 +65,54 @@ RATE: Final = "$__rate_interval"
 RANGE: Final = "$__range"
 
 
+def _and(*matchers: str) -> str:
+    return ", ".join(m for m in matchers if m)
+
+
+# --- counting a window, including series born in it -------------------------------------------
+#
+# A counter series can appear at its final value: a one-shot `rulvar-otel export` serves or
+# pushes each counter once, and a long-lived host's first event of a new label set appears at 1.
+# `increase()` needs two samples and measures only growth between them, so it reads such a
+# series as 0 (or as nothing). Every panel and alert therefore counts a window per series as:
+#   - a series that already existed before the window: its increase() inside the window;
+#   - a series born inside the window: everything it counted, which (a cumulative OTel counter
+#     starts at 0) is its last value, or its increase() when that is larger (a series whose first
+#     scrape was already 0, or that restarted inside the window).
+
+
+def counted(selector: str, window: str) -> str:
+    """Per series: what the counter (or histogram bucket/sum/count) ``selector`` counted in ``window``."""
+    grew = f"increase({selector}[{window}])"
+    last = f"last_over_time({selector}[{window}])"
+    before = f"{selector} offset {window}"
+    return f"(({grew} and {before}) or ((({grew} >= {last}) or {last}) unless {before}))"
+
+
+def changed(selector: str, window: str) -> str:
+    """Per series: how much the up-down counter ``selector`` moved in ``window`` (born: its value)."""
+    before = f"{selector} offset {window}"
+    moved = f"delta({selector}[{window}])"
+    last = f"last_over_time({selector}[{window}])"
+    return f"(({moved} and {before}) or ({last} unless {before}))"
+
+
+def select(name: str, matchers: str = "") -> str:
+    return f"{name}{{{matchers}}}" if matchers else name
+
+
+def total(
+    metric: str, by: Sequence[str] = (), selector: str = "", window: str = RATE, suffix: str = ""
+) -> str:
+    """``sum by (...)`` of what registry metric ``metric`` counted in ``window``."""
+    group = f" by ({', '.join(label(a) for a in by)})" if by else ""
+    return f"sum{group} ({counted(select(series(metric, suffix), selector), window)})"
+
+
 def quantile(q: float, name: str, by: Sequence[str] = (), selector: str = "", window: str = RATE) -> str:
     group = ", ".join(["le", *(label(a) for a in by)])
-    return (
-        f"histogram_quantile({q}, sum by ({group}) (rate({series(name, 'bucket')}{{{selector}}}[{window}])))"
-    )
-
-
-def increase(
-    name: str, by: Sequence[str] = (), selector: str = "", window: str = RATE, suffix: str = ""
-) -> str:
-    group = f" by ({', '.join(label(a) for a in by)})" if by else ""
-    return f"sum{group} (increase({series(name, suffix)}{{{selector}}}[{window}]))"
+    buckets = counted(select(series(name, "bucket"), selector), window)
+    return f"histogram_quantile({q}, sum by ({group}) ({buckets}))"
 
 
 @dataclass(frozen=True)
@@ -92,55 +140,71 @@ def _panel(spec: PanelSpec) -> Any:
     return builder
 
 
-def _variables() -> list[Any]:
-    runs = series(sc.METRIC_RUNS_SETTLED)
-    tokens = series(sc.GEN_AI_CLIENT_TOKEN_USAGE, "count")
-    return [
-        gd.DatasourceVariable("datasource").label("Data source").type("prometheus"),
-        gd.QueryVariable("workflow")
-        .label("Workflow")
+def _query_variable(name: str, title: str, series_name: str, attribute_label: str) -> Any:
+    return (
+        gd.QueryVariable(name)
+        .label(title)
         .datasource(DATASOURCE)
-        .query(f"label_values({runs}, {label(sc.WORKFLOW)})")
+        .query(f"label_values({series_name}, {attribute_label})")
         .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
         .sort(VariableSort.ALPHABETICAL_ASC)
         .multi(True)
         .include_all(True)
-        .all_value(".*"),
-        gd.QueryVariable("model")
-        .label("Model")
-        .datasource(DATASOURCE)
-        .query(f"label_values({tokens}, {label(sc.GEN_AI_REQUEST_MODEL)})")
-        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
-        .sort(VariableSort.ALPHABETICAL_ASC)
-        .multi(True)
-        .include_all(True)
-        .all_value(".*"),
-    ]
+        .all_value(".*")
+    )
+
+
+def _datasource_variable() -> Any:
+    return gd.DatasourceVariable("datasource").label("Data source").type("prometheus")
+
+
+def _workflow_variable() -> Any:
+    return _query_variable("workflow", "Workflow", series(sc.METRIC_RUNS_SETTLED), label(sc.WORKFLOW))
+
+
+def _model_variable() -> Any:
+    tokens = series(sc.METRIC_INVOCATION_TOKEN_USAGE, "count")
+    return _query_variable("model", "Model", tokens, label(sc.GEN_AI_REQUEST_MODEL))
+
+
+def _rulvar_variables() -> list[Any]:
+    # Every series these dashboards read carries rulvar_workflow, so the workflow variable
+    # filters every panel; the model variable filters every panel whose series carry a model.
+    return [_datasource_variable(), _workflow_variable(), _model_variable()]
+
+
+def _spans_variables() -> list[Any]:
+    calls = span_series(f"{SPAN_METRICS_NAMESPACE}.calls")
+    return [_datasource_variable(), _query_variable("service", "Service", calls, "service_name")]
 
 
 def _runs_panels() -> list[PanelSpec]:
     status, completion = label(sc.STATUS), label(sc.RUN_COMPLETION)
     model = label(sc.GEN_AI_REQUEST_MODEL)
     token_type = label(sc.GEN_AI_TOKEN_TYPE)
-    settled_false = f'{WF}, {label(sc.RUN_SETTLED)}="false"'
+    error_class, will_retry = label(sc.ERROR_CLASS), label(sc.WILL_RETRY)
+    settled_false = _and(WF, f'{label(sc.RUN_SETTLED)}="false"')
+    wf_model = _and(WF, MODEL)
     return [
         PanelSpec(
             "Runs by status x completion",
             "Gate on the pair, never on status alone: ok x partial is an accepted degraded run.",
             (
                 (
-                    increase(sc.METRIC_RUNS_SETTLED, (sc.STATUS, sc.RUN_COMPLETION), WF),
+                    total(sc.METRIC_RUNS_SETTLED, (sc.STATUS, sc.RUN_COMPLETION), WF),
                     f"{{{{{status}}}}} x {{{{{completion}}}}}",
                 ),
             ),
         ),
         PanelSpec(
             "Unsettled terminals",
-            "Terminals nothing durable records (settled=false): never green, whatever the status says.",
+            "Terminals nothing durable records (settled=false), whatever the status says. Reason "
+            "superseded: a successor owns settlement, no resume needed; none or other: settlement "
+            "failed, resume the run to re-settle it by replay.",
             (
                 (
-                    increase(sc.METRIC_RUNS_SETTLED, (sc.WORKFLOW,), settled_false, RANGE),
-                    "{{rulvar_workflow}}",
+                    total(sc.METRIC_RUNS_SETTLED, (sc.WORKFLOW, sc.RUN_SETTLED_REASON), settled_false, RANGE),
+                    "{{rulvar_workflow}} {{rulvar_run_settled_reason}}",
                 ),
             ),
             kind="stat",
@@ -148,7 +212,7 @@ def _runs_panels() -> list[PanelSpec]:
         PanelSpec(
             "Spend by model (USD)",
             "Live agent:phase:end costUsd, locally estimated at the caller's price table.",
-            ((increase(sc.METRIC_SPEND, (sc.GEN_AI_REQUEST_MODEL,), MODEL), f"{{{{{model}}}}}"),),
+            ((total(sc.METRIC_SPEND, (sc.GEN_AI_REQUEST_MODEL,), wf_model), f"{{{{{model}}}}}"),),
             unit="currencyUSD",
         ),
         PanelSpec(
@@ -162,13 +226,13 @@ def _runs_panels() -> list[PanelSpec]:
         ),
         PanelSpec(
             "Tokens by type and model",
-            "gen_ai.client.token.usage summed per token type.",
+            "rulvar.invocation.token.usage summed per token type: every invocation's tokens, once.",
             (
                 (
-                    increase(
-                        sc.GEN_AI_CLIENT_TOKEN_USAGE,
+                    total(
+                        sc.METRIC_INVOCATION_TOKEN_USAGE,
                         (sc.GEN_AI_TOKEN_TYPE, sc.GEN_AI_REQUEST_MODEL),
-                        MODEL,
+                        wf_model,
                         suffix="sum",
                     ),
                     f"{{{{{token_type}}}}} {{{{{model}}}}}",
@@ -177,10 +241,11 @@ def _runs_panels() -> list[PanelSpec]:
         ),
         PanelSpec(
             "Invocation duration p50 / p95 / p99 by model",
-            "gen_ai.client.operation.duration per model invocation phase (replayed phases excluded).",
+            "rulvar.invocation.duration: one agent phase activation, its provider requests and the "
+            "tool calls between them (replayed phases excluded).",
             tuple(
                 (
-                    quantile(q, sc.GEN_AI_CLIENT_OPERATION_DURATION, (sc.GEN_AI_REQUEST_MODEL,), MODEL),
+                    quantile(q, sc.METRIC_INVOCATION_DURATION, (sc.GEN_AI_REQUEST_MODEL,), wf_model),
                     f"p{int(q * 100)} {{{{{model}}}}}",
                 )
                 for q in (0.5, 0.95, 0.99)
@@ -189,17 +254,18 @@ def _runs_panels() -> list[PanelSpec]:
         ),
         PanelSpec(
             "Throttling next to failures",
-            "Quota denials are healthy waits; only quota exhaustion and real agent errors are failures.",
+            "Quota denials are healthy waits. Failures are agent errors that will not retry: real "
+            "errors and quota exhaustion (retried errors and the throttling twin are not failures).",
             (
                 (
-                    increase(sc.METRIC_QUOTA_DENIALS, (sc.GEN_AI_REQUEST_MODEL,), MODEL),
+                    total(sc.METRIC_QUOTA_DENIALS, (sc.GEN_AI_REQUEST_MODEL,), wf_model),
                     "throttled (healthy) {{gen_ai_request_model}}",
                 ),
                 (
-                    increase(
+                    total(
                         sc.METRIC_AGENT_ERRORS,
                         (sc.ERROR_CLASS,),
-                        f'{label(sc.ERROR_CLASS)}!="quota_throttle"',
+                        _and(WF, f'{error_class}=~"error|quota_exhausted"', f'{will_retry}="false"'),
                     ),
                     "failures {{rulvar_error_class}}",
                 ),
@@ -219,7 +285,7 @@ def _runs_panels() -> list[PanelSpec]:
             "Settled agent dispatches (live agent:end).",
             (
                 (
-                    increase(sc.METRIC_AGENT_INVOCATIONS, (sc.AGENT_TYPE, sc.STATUS), MODEL),
+                    total(sc.METRIC_AGENT_INVOCATIONS, (sc.AGENT_TYPE, sc.STATUS), wf_model),
                     "{{rulvar_agent_type}} {{rulvar_status}}",
                 ),
             ),
@@ -227,7 +293,12 @@ def _runs_panels() -> list[PanelSpec]:
         PanelSpec(
             "Agent duration p95 by agent type",
             "agent:start to agent:end wall time.",
-            ((quantile(0.95, sc.METRIC_AGENT_DURATION, (sc.AGENT_TYPE,), MODEL), "{{rulvar_agent_type}}"),),
+            (
+                (
+                    quantile(0.95, sc.METRIC_AGENT_DURATION, (sc.AGENT_TYPE,), wf_model),
+                    "{{rulvar_agent_type}}",
+                ),
+            ),
             unit="s",
         ),
     ]
@@ -235,14 +306,15 @@ def _runs_panels() -> list[PanelSpec]:
 
 def _orchestration_panels() -> list[PanelSpec]:
     agent_type = label(sc.AGENT_TYPE)
+    net_lost = f"{series(sc.METRIC_NET_LOST_COST)}{{{WF}}}"
     return [
         PanelSpec(
             "Ledger ops per spawn",
             "Authored ledger:op count / spawn:admitted count, per run: mean and p90 across runs.",
             (
                 (
-                    f"{increase(sc.METRIC_LEDGER_OPS_PER_SPAWN, selector=WF, window=RANGE, suffix='sum')} / "
-                    f"{increase(sc.METRIC_LEDGER_OPS_PER_SPAWN, selector=WF, window=RANGE, suffix='count')}",
+                    f"{total(sc.METRIC_LEDGER_OPS_PER_SPAWN, selector=WF, window=RANGE, suffix='sum')} / "
+                    f"{total(sc.METRIC_LEDGER_OPS_PER_SPAWN, selector=WF, window=RANGE, suffix='count')}",
                     "mean",
                 ),
                 (quantile(0.9, sc.METRIC_LEDGER_OPS_PER_SPAWN, selector=WF, window=RANGE), "p90"),
@@ -252,7 +324,7 @@ def _orchestration_panels() -> list[PanelSpec]:
         PanelSpec(
             "Ledger writes by operation",
             "ledger:op by operation kind.",
-            ((increase(sc.METRIC_LEDGER_OPS, (sc.LEDGER_OP,), WF), "{{rulvar_ledger_op}}"),),
+            ((total(sc.METRIC_LEDGER_OPS, (sc.LEDGER_OP,), WF), "{{rulvar_ledger_op}}"),),
         ),
         PanelSpec(
             "Wake render size p50 / p90",
@@ -267,8 +339,8 @@ def _orchestration_panels() -> list[PanelSpec]:
             "escalation:raised / spawn:admitted, grouped by agent type.",
             (
                 (
-                    f"{increase(sc.METRIC_ESCALATIONS, (sc.AGENT_TYPE,), window=RANGE)} / "
-                    f"{increase(sc.METRIC_SPAWNS_ADMITTED, (sc.AGENT_TYPE,), window=RANGE)}",
+                    f"{total(sc.METRIC_ESCALATIONS, (sc.AGENT_TYPE,), WF, window=RANGE)} / "
+                    f"{total(sc.METRIC_SPAWNS_ADMITTED, (sc.AGENT_TYPE,), WF, window=RANGE)}",
                     f"{{{{{agent_type}}}}}",
                 ),
             ),
@@ -290,9 +362,9 @@ def _orchestration_panels() -> list[PanelSpec]:
             "Abandoned / reclaimed / net lost (USD)",
             "Spend under abandoned subtrees, spend recovered by node:linked reuse, and the difference.",
             (
-                (increase(sc.METRIC_ABANDONED_COST, selector=WF, window=RANGE), "abandoned"),
-                (increase(sc.METRIC_RECLAIMED_COST, selector=WF, window=RANGE), "reclaimed"),
-                (f"sum (delta({series(sc.METRIC_NET_LOST_COST)}{{{WF}}}[{RANGE}]))", "net lost"),
+                (total(sc.METRIC_ABANDONED_COST, selector=WF, window=RANGE), "abandoned"),
+                (total(sc.METRIC_RECLAIMED_COST, selector=WF, window=RANGE), "reclaimed"),
+                (f"sum ({changed(net_lost, RANGE)})", "net lost"),
             ),
             unit="currencyUSD",
             kind="stat",
@@ -302,10 +374,10 @@ def _orchestration_panels() -> list[PanelSpec]:
             "Admission verdicts and rejection codes.",
             (
                 (
-                    increase(sc.METRIC_SPAWNS_ADMITTED, (sc.SPAWN_VERDICT,)),
+                    total(sc.METRIC_SPAWNS_ADMITTED, (sc.SPAWN_VERDICT,), WF),
                     "admitted {{rulvar_spawn_verdict}}",
                 ),
-                (increase(sc.METRIC_SPAWNS_REJECTED, (sc.SPAWN_CODE,)), "rejected {{rulvar_spawn_code}}"),
+                (total(sc.METRIC_SPAWNS_REJECTED, (sc.SPAWN_CODE,), WF), "rejected {{rulvar_spawn_code}}"),
             ),
         ),
     ]
@@ -313,13 +385,14 @@ def _orchestration_panels() -> list[PanelSpec]:
 
 def _tools_panels() -> list[PanelSpec]:
     error_class = label(sc.ERROR_CLASS)
+    wf_model = _and(WF, MODEL)
     return [
         PanelSpec(
             "Tool calls by tool and outcome",
             "Settled tool calls (live tool:end).",
             (
                 (
-                    increase(sc.METRIC_TOOL_CALLS, (sc.TOOL_NAME, sc.STATUS)),
+                    total(sc.METRIC_TOOL_CALLS, (sc.TOOL_NAME, sc.STATUS), WF),
                     "{{rulvar_tool_name}} {{rulvar_status}}",
                 ),
             ),
@@ -329,10 +402,10 @@ def _tools_panels() -> list[PanelSpec]:
             "Which layer denied: an exploration guard, or the permission chain's deciding rule.",
             (
                 (
-                    increase(
+                    total(
                         sc.METRIC_TOOL_CALLS,
                         (sc.TOOL_GUARD, sc.TOOL_DECIDED_BY),
-                        f'{label(sc.STATUS)}="denied"',
+                        _and(WF, f'{label(sc.STATUS)}="denied"'),
                     ),
                     "guard {{rulvar_tool_guard}} / decided by {{rulvar_tool_decided_by}}",
                 ),
@@ -342,8 +415,8 @@ def _tools_panels() -> list[PanelSpec]:
             "Tool duration p50 / p95 by tool",
             "tool:end durationMs.",
             (
-                (quantile(0.5, sc.METRIC_TOOL_DURATION, (sc.TOOL_NAME,)), "p50 {{rulvar_tool_name}}"),
-                (quantile(0.95, sc.METRIC_TOOL_DURATION, (sc.TOOL_NAME,)), "p95 {{rulvar_tool_name}}"),
+                (quantile(0.5, sc.METRIC_TOOL_DURATION, (sc.TOOL_NAME,), WF), "p50 {{rulvar_tool_name}}"),
+                (quantile(0.95, sc.METRIC_TOOL_DURATION, (sc.TOOL_NAME,), WF), "p95 {{rulvar_tool_name}}"),
             ),
             unit="s",
         ),
@@ -352,17 +425,19 @@ def _tools_panels() -> list[PanelSpec]:
             "quota:denied: a pre-wire wait that will retry, never a failure.",
             (
                 (
-                    increase(sc.METRIC_QUOTA_DENIALS, (sc.GEN_AI_REQUEST_MODEL, sc.QUOTA_DIMENSION), MODEL),
+                    total(sc.METRIC_QUOTA_DENIALS, (sc.GEN_AI_REQUEST_MODEL, sc.QUOTA_DIMENSION), wf_model),
                     "{{gen_ai_request_model}} {{rulvar_quota_dimension}}",
                 ),
             ),
         ),
         PanelSpec(
             "Quota exhaustion (terminal denials)",
-            "The agent:error that ends a run of denials: the per-target denial budget is spent.",
+            "The engine's exhaustion error: the per-target quota denial budget is spent.",
             (
                 (
-                    increase(sc.METRIC_AGENT_ERRORS, (sc.AGENT_TYPE,), f'{error_class}="quota_exhausted"'),
+                    total(
+                        sc.METRIC_AGENT_ERRORS, (sc.AGENT_TYPE,), _and(WF, f'{error_class}="quota_exhausted"')
+                    ),
                     "{{rulvar_agent_type}}",
                 ),
             ),
@@ -372,18 +447,20 @@ def _tools_panels() -> list[PanelSpec]:
             "budget:exposure-wait: will_wait=false is the drained arm, a genuine terminal.",
             (
                 (
-                    increase(sc.METRIC_EXPOSURE_WAITS, (sc.EXPOSURE_SCOPE, sc.WILL_WAIT)),
+                    total(sc.METRIC_EXPOSURE_WAITS, (sc.EXPOSURE_SCOPE, sc.WILL_WAIT), wf_model),
                     "{{rulvar_exposure_scope}} will_wait={{rulvar_will_wait}}",
                 ),
             ),
         ),
         PanelSpec(
             "Agent errors that are not throttling",
-            "agent:error of class error, by agent type and error code.",
+            "agent:error of class error, by agent type and error code (retried ones included).",
             (
                 (
-                    increase(
-                        sc.METRIC_AGENT_ERRORS, (sc.AGENT_TYPE, sc.ERROR_TYPE), f'{error_class}="error"'
+                    total(
+                        sc.METRIC_AGENT_ERRORS,
+                        (sc.AGENT_TYPE, sc.ERROR_TYPE),
+                        _and(WF, f'{error_class}="error"'),
                     ),
                     "{{rulvar_agent_type}} {{error_type}}",
                 ),
@@ -394,8 +471,10 @@ def _tools_panels() -> list[PanelSpec]:
             "Bare clock/random calls; provenance workflow is the one to fix.",
             (
                 (
-                    increase(
-                        sc.METRIC_DETERMINISM_WARNINGS, (sc.DETERMINISM_CATEGORY, sc.DETERMINISM_PROVENANCE)
+                    total(
+                        sc.METRIC_DETERMINISM_WARNINGS,
+                        (sc.DETERMINISM_CATEGORY, sc.DETERMINISM_PROVENANCE),
+                        WF,
                     ),
                     "{{rulvar_determinism_category}} {{rulvar_determinism_provenance}}",
                 ),
@@ -404,16 +483,70 @@ def _tools_panels() -> list[PanelSpec]:
     ]
 
 
+def _spans_panels() -> list[PanelSpec]:
+    calls = span_series(f"{SPAN_METRICS_NAMESPACE}.calls")
+    bucket = span_series(f"{SPAN_METRICS_NAMESPACE}.duration", "bucket")
+    service = 'service_name=~"$service"'
+    agents = _and(service, f'{label(sc.AGENT_TYPE)}!=""')
+    tools = _and(service, f'{label(sc.TOOL_NAME)}!=""')
+
+    def calls_by(by: str, selector: str) -> str:
+        return f"sum by ({by}) ({counted(f'{calls}{{{selector}}}', RATE)})"
+
+    def latency(q: float, by: str, selector: str) -> str:
+        return f"histogram_quantile({q}, sum by (le, {by}) ({counted(f'{bucket}{{{selector}}}', RATE)}))"
+
+    return [
+        PanelSpec(
+            "Span calls by kind and name",
+            "The collector's spanmetrics: spans ended per span kind and name (run, phase, agent, "
+            "invocation, tool).",
+            ((calls_by("span_kind, span_name", service), "{{span_kind}} {{span_name}}"),),
+        ),
+        PanelSpec(
+            "Span errors by name",
+            "Spans whose status is ERROR.",
+            ((calls_by("span_name", _and(service, 'status_code="STATUS_CODE_ERROR"')), "{{span_name}}"),),
+        ),
+        PanelSpec(
+            "Span latency p50 / p95 by kind and name",
+            "Span duration from the spanmetrics histogram.",
+            (
+                (latency(0.5, "span_kind, span_name", service), "p50 {{span_kind}} {{span_name}}"),
+                (latency(0.95, "span_kind, span_name", service), "p95 {{span_kind}} {{span_name}}"),
+            ),
+            unit="ms",
+        ),
+        PanelSpec(
+            "Agent spans by agent type and model",
+            "Agent and invocation spans, counted by the spanmetrics dimensions.",
+            (
+                (
+                    calls_by("rulvar_agent_type, gen_ai_request_model", agents),
+                    "{{rulvar_agent_type}} {{gen_ai_request_model}}",
+                ),
+            ),
+        ),
+        PanelSpec(
+            "Tool spans p95 by tool",
+            "Tool span duration per tool.",
+            ((latency(0.95, "rulvar_tool_name", tools), "{{rulvar_tool_name}}"),),
+            unit="ms",
+        ),
+    ]
+
+
 DASHBOARDS: Final = (
-    ("rulvar-runs", "Rulvar / Runs", _runs_panels),
-    ("rulvar-orchestration", "Rulvar / Orchestration", _orchestration_panels),
-    ("rulvar-tools-quotas", "Rulvar / Tools and quotas", _tools_panels),
+    ("rulvar-runs", "Rulvar / Runs", _rulvar_variables, _runs_panels),
+    ("rulvar-orchestration", "Rulvar / Orchestration", _rulvar_variables, _orchestration_panels),
+    ("rulvar-tools-quotas", "Rulvar / Tools and quotas", _rulvar_variables, _tools_panels),
+    ("rulvar-spans", "Rulvar / Spans (collector spanmetrics)", _spans_variables, _spans_panels),
 )
 
 
 def build_dashboards() -> dict[Path, str]:
     out: dict[Path, str] = {}
-    for uid, title, panels in DASHBOARDS:
+    for uid, title, variables, panels in DASHBOARDS:
         builder = (
             gd.Dashboard(title)
             .uid(uid)
@@ -424,7 +557,7 @@ def build_dashboards() -> dict[Path, str]:
             .timezone("browser")
             .editable()
         )
-        for variable in _variables():
+        for variable in variables():
             builder = builder.with_variable(variable)
         for spec in panels():
             builder = builder.with_panel(_panel(spec))
@@ -436,16 +569,10 @@ def build_dashboards() -> dict[Path, str]:
 # --- alert rules --------------------------------------------------------------------------------
 
 
-def fresh_or_increased(selector: str, by: Sequence[str], window: str) -> str:
-    """Fires when the selected counter grew inside ``window``, including a series born there.
-
-    ``increase()`` needs two samples, so the first event of a label set (the series appears at
-    value 1) would read 0; the ``unless ... offset`` arm catches exactly that birth.
-    """
+def happened(selector: str, by: Sequence[str], window: str) -> str:
+    """Fires while the selected counter counted anything in ``window`` (a series born there too)."""
     group = ", ".join(label(a) for a in by)
-    grew = f"increase({selector}[{window}]) > 0"
-    born = f"({selector} unless {selector} offset {window})"
-    return f"sum by ({group}) ({grew} or {born}) > 0"
+    return f"sum by ({group}) ({counted(selector, window)}) > 0"
 
 
 def ref(attribute: str) -> str:
@@ -471,25 +598,44 @@ def _rule(
     }
 
 
+# Sustained quota throttling: more than 30 denials a minute, averaged over 15 minutes.
+THROTTLING_PER_MINUTE: Final = 30
+THROTTLING_WINDOW_MINUTES: Final = 15
+
+
 def build_alert_rules() -> dict[str, Any]:
     runs = series(sc.METRIC_RUNS_SETTLED)
     status, settled, completion = label(sc.STATUS), label(sc.RUN_SETTLED), label(sc.RUN_COMPLETION)
+    reason = label(sc.RUN_SETTLED_REASON)
     errors = series(sc.METRIC_AGENT_ERRORS)
     error_class, will_retry = label(sc.ERROR_CLASS), label(sc.WILL_RETRY)
-    wf = label(sc.WORKFLOW)
+    model = label(sc.GEN_AI_REQUEST_MODEL)
+    throttling_limit = THROTTLING_PER_MINUTE * THROTTLING_WINDOW_MINUTES
+    throttling_window = f"{THROTTLING_WINDOW_MINUTES}m"
+    failed = f'{status}=~"error|exhausted"'
     rules = [
         _rule(
             "RulvarUnsettledTerminal",
-            fresh_or_increased(f'{runs}{{{settled}="false"}}', (sc.WORKFLOW, sc.STATUS), "15m"),
+            happened(f'{runs}{{{settled}="false", {reason}!="superseded"}}', (sc.WORKFLOW, sc.STATUS), "15m"),
             "critical",
-            f"A run terminal of {ref(sc.WORKFLOW)} is not settled",
-            "Nothing durable records this terminal (settled=false): treat it as NOT green whatever the "
-            "status literal says; resuming the run re-settles by replay.",
+            f"A run terminal of {ref(sc.WORKFLOW)} failed to settle",
+            "Settlement failed: nothing durable records this terminal (settled=false). Treat it as NOT "
+            "green whatever the status literal says, and resume the run: resuming re-settles it by replay.",
+        ),
+        _rule(
+            "RulvarSupersededTerminal",
+            happened(f'{runs}{{{settled}="false", {reason}="superseded"}}', (sc.WORKFLOW,), "15m"),
+            "info",
+            f"A stale run terminal of {ref(sc.WORKFLOW)} was superseded",
+            "A successor owns settlement and this stale terminal is withheld (settled=false, reason "
+            "superseded). No resume is needed: read the successor's terminal. Frequent ones mean two "
+            "hosts drive the same run.",
+            failure=False,
         ),
         _rule(
             "RulvarRunFailureRate",
-            f'sum by ({wf}) (rate({runs}{{{status}=~"error|exhausted"}}[30m])) / '
-            f"sum by ({wf}) (rate({runs}[30m])) > 0.2",
+            f"{total(sc.METRIC_RUNS_SETTLED, (sc.WORKFLOW,), failed, '30m')} / "
+            f"{total(sc.METRIC_RUNS_SETTLED, (sc.WORKFLOW,), window='30m')} > 0.2",
             "warning",
             f"More than 20% of {ref(sc.WORKFLOW)} runs end in error or exhausted",
             "Share of run terminals with status error or exhausted over 30 minutes.",
@@ -497,7 +643,7 @@ def build_alert_rules() -> dict[str, Any]:
         ),
         _rule(
             "RulvarRunAcceptedPartial",
-            fresh_or_increased(f'{runs}{{{status}="ok", {completion}="partial"}}', (sc.WORKFLOW,), "30m"),
+            happened(f'{runs}{{{status}="ok", {completion}="partial"}}', (sc.WORKFLOW,), "30m"),
             "warning",
             f"A {ref(sc.WORKFLOW)} run was accepted with completion=partial",
             "status ok with completion partial is an accepted degraded run (salvaged children, waived "
@@ -505,7 +651,7 @@ def build_alert_rules() -> dict[str, Any]:
         ),
         _rule(
             "RulvarExposureDrained",
-            fresh_or_increased(
+            happened(
                 f'{series(sc.METRIC_EXPOSURE_WAITS)}{{{label(sc.WILL_WAIT)}="false"}}',
                 (sc.EXPOSURE_SCOPE, sc.GEN_AI_REQUEST_MODEL),
                 "15m",
@@ -517,25 +663,27 @@ def build_alert_rules() -> dict[str, Any]:
         ),
         _rule(
             "RulvarQuotaExhausted",
-            fresh_or_increased(f'{errors}{{{error_class}="quota_exhausted"}}', (sc.AGENT_TYPE,), "15m"),
+            happened(f'{errors}{{{error_class}="quota_exhausted"}}', (sc.AGENT_TYPE,), "15m"),
             "critical",
             f"Quota denials exhausted the denial budget of a {ref(sc.AGENT_TYPE)} agent",
-            "The agent:error that follows exhausted quota denials: the throttling turned into a failure.",
+            "The engine's exhaustion error after repeated quota denials: the throttling turned into a "
+            "failure.",
         ),
         _rule(
             "RulvarQuotaThrottlingSaturated",
-            f"sum by ({label(sc.GEN_AI_REQUEST_MODEL)}) "
-            f"(rate({series(sc.METRIC_QUOTA_DENIALS)}[10m])) * 60 > 30",
+            f"{total(sc.METRIC_QUOTA_DENIALS, (sc.GEN_AI_REQUEST_MODEL,), window=throttling_window)}"
+            f" > {throttling_limit}",
             "warning",
-            f"Quota throttling on {ref(sc.GEN_AI_REQUEST_MODEL)} is saturated (not a failure)",
-            "More than 30 pre-wire quota denials per minute for 15 minutes. Each denial is a healthy wait "
-            "that retries; this is a capacity signal, NOT a failure.",
-            for_="15m",
+            f"Quota throttling on {{{{ $labels.{model} }}}} is saturated (not a failure)",
+            f"More than {throttling_limit} pre-wire quota denials within {THROTTLING_WINDOW_MINUTES} minutes "
+            f"({THROTTLING_PER_MINUTE} a minute), for 5 minutes. Each denial is a healthy wait that retries; "
+            "this is a capacity signal, NOT a failure.",
+            for_="5m",
             failure=False,
         ),
         _rule(
             "RulvarAgentErrors",
-            fresh_or_increased(
+            happened(
                 f'{errors}{{{error_class}="error", {will_retry}="false"}}',
                 (sc.AGENT_TYPE, sc.ERROR_TYPE),
                 "15m",
@@ -546,7 +694,7 @@ def build_alert_rules() -> dict[str, Any]:
         ),
         _rule(
             "RulvarWorkflowDeterminismWarning",
-            fresh_or_increased(
+            happened(
                 f'{series(sc.METRIC_DETERMINISM_WARNINGS)}{{{label(sc.DETERMINISM_PROVENANCE)}="workflow"}}',
                 (sc.DETERMINISM_CATEGORY,),
                 "30m",

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Installs the services the test suite runs for real (promtool, prometheus, alertmanager) from
-# Debian when any is missing. Idempotent and quiet: a machine that has them is left untouched.
+# Installs the services the test suite runs for real (promtool, prometheus, alertmanager) and the
+# tools it needs (capsh, to enforce file modes on root) from Debian when any is missing. Idempotent and quiet: a machine that has them is left untouched.
 # Debian names the Alertmanager binary prometheus-alertmanager; the tests accept either name.
 set -euo pipefail
 
 have_all() {
-  command -v promtool >/dev/null 2>&1 &&
+  command -v capsh >/dev/null 2>&1 &&
+    command -v promtool >/dev/null 2>&1 &&
     command -v prometheus >/dev/null 2>&1 &&
     { command -v alertmanager >/dev/null 2>&1 || command -v prometheus-alertmanager >/dev/null 2>&1; }
 }
@@ -38,7 +39,7 @@ fi
 status=0
 {
   $SUDO apt-get update -qq &&
-    $SUDO apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager
+    $SUDO apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager libcap2-bin
 } >"$log" 2>&1 || status=$?
 if [ "$created_policy" -eq 1 ]; then
   $SUDO rm -f "$policy"
@@ -50,6 +51,6 @@ if [ "$status" -ne 0 ]; then
 fi
 
 if ! have_all; then
-  echo "install_test_services: promtool, prometheus or alertmanager is still missing after apt-get" >&2
+  echo "install_test_services: capsh, promtool, prometheus or alertmanager is still missing after apt-get" >&2
   exit 1
 fi

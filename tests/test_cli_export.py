@@ -256,7 +256,7 @@ def test_many_malformed_lines_print_a_bounded_number_of_diagnostics(tmp_path: Pa
     [
         (["--protocol", "http/json"], "--protocol must be grpc or http/protobuf"),
         (["--header", "novalue"], "KEY=VALUE"),
-        (["--pattern", "("], "patterns[0] is not a valid Python regular expression"),
+        (["--pattern", "("], "patterns[0] is not a valid pattern"),
         (["--pattern", ""], "patterns[0] is empty"),
         (["--endpoint", "localhost:4317"], "--endpoint must be an http:// or https:// URL"),
         (["--progress", "sometimes"], "--progress must be one of"),

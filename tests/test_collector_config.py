@@ -189,8 +189,7 @@ def test_redaction_rules_name_only_attributes_we_emit_and_block_content() -> Non
         assert any(p.search(key) for p in key_patterns), f"content key {key} passes the redaction"
     # The value patterns are the exporter's own credential set (RE2 reads these as Python does).
     values = redaction["blocked_values"]
-    assert values[:-1] == list(DEFAULT_SECRET_PATTERNS[:-1])
-    assert DEFAULT_SECRET_PATTERNS[-1].startswith(values[-1])
+    assert values == list(DEFAULT_SECRET_PATTERNS)
     for sample in (
         "sk-" + "a" * 24,
         "AKIA" + "B" * 16,

@@ -4,21 +4,29 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+import yaml
 
 from rulvar_otel.otel.metrics import REGISTRY
-from tests.test_metrics_streams import assert_reads_only_the_registry
+from rulvar_otel.otel.metrics.registry import (
+    SPAN_METRICS,
+    SPAN_METRICS_DIMENSIONS,
+    SPAN_METRICS_DURATION_UNIT,
+    SPAN_METRICS_NAMESPACE,
+)
+from tests._metric_streams import assert_reads_only_the_registry, promql_references, registry_series_labels
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARDS = ROOT / "dashboards"
 
 
-def _generator() -> ModuleType:
+def generator_module() -> ModuleType:
     spec = importlib.util.spec_from_file_location(
         "generate_dashboards", ROOT / "scripts" / "generate_dashboards.py"
     )
@@ -38,12 +46,39 @@ def panel_queries(board: dict[str, Any]) -> list[tuple[str, str]]:
     return [(panel["title"], target["expr"]) for panel in board["panels"] for target in panel["targets"]]
 
 
+def runnable(expr: str, window: str = "10m") -> str:
+    """A panel query as Grafana runs it with every variable at "All" and ``window`` for both the
+    rate interval and the dashboard range."""
+    for variable, value in (
+        ("$workflow", ".*"),
+        ("$model", ".*"),
+        ("$service", ".*"),
+        ("$__rate_interval", window),
+        ("$__range", window),
+    ):
+        expr = expr.replace(variable, value)
+    assert "$" not in expr, f"unsubstituted variable in {expr!r}"
+    return expr
+
+
+def spanmetrics_panel_queries(window: str = "10m") -> list[tuple[str, str]]:
+    """(dashboard / panel title, runnable PromQL) for every panel target that reads the
+    collector's spanmetrics series: what a Prometheus scraping the agent collector must answer."""
+    names = tuple(series for entry in SPAN_METRICS for series in entry.prometheus_series)
+    return [
+        (f"{board_name} / {title}", runnable(expr, window))
+        for board_name, board in dashboards().items()
+        for title, expr in panel_queries(board)
+        if any(name in expr for name in names)
+    ]
+
+
 def test_checked_in_files_are_current(capsys: pytest.CaptureFixture[str]) -> None:
-    assert _generator().main(["--check"]) == 0, capsys.readouterr().out
+    assert generator_module().main(["--check"]) == 0, capsys.readouterr().out
 
 
 def test_check_detects_a_stale_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    generator = _generator()
+    generator = generator_module()
     monkeypatch.setattr(generator, "ROOT", tmp_path)
     monkeypatch.setattr(generator, "DASHBOARDS_DIR", tmp_path / "dashboards")
     monkeypatch.setattr(generator, "ALERTS_FILE", tmp_path / "alerts.yml")
@@ -61,7 +96,7 @@ def test_check_detects_a_stale_file(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 def test_the_three_dashboards_exist_with_their_panels() -> None:
     boards = dashboards()
-    assert set(boards) == {"rulvar-runs", "rulvar-orchestration", "rulvar-tools-quotas"}
+    assert set(boards) == {"rulvar-runs", "rulvar-orchestration", "rulvar-tools-quotas", "rulvar-spans"}
     titles = {name: {panel["title"] for panel in board["panels"]} for name, board in boards.items()}
     assert {
         "Runs by status x completion",
@@ -79,15 +114,22 @@ def test_the_three_dashboards_exist_with_their_panels() -> None:
         "Abandoned / reclaimed / net lost (USD)",
     } <= titles["rulvar-orchestration"]
     assert "Quota exhaustion (terminal denials)" in titles["rulvar-tools-quotas"]
+    assert {"Span calls by kind and name", "Span latency p50 / p95 by kind and name"} <= titles[
+        "rulvar-spans"
+    ]
+
+
+RULVAR_VARIABLES = {"datasource", "workflow", "model"}
 
 
 def test_variables_and_datasources() -> None:
     for name, board in dashboards().items():
         variables = {v["name"]: v for v in board["templating"]["list"]}
-        assert set(variables) == {"datasource", "workflow", "model"}, name
+        expected = {"datasource", "service"} if name == "rulvar-spans" else RULVAR_VARIABLES
+        assert set(variables) == expected, name
         assert variables["datasource"]["type"] == "datasource"
         assert variables["datasource"]["query"] == "prometheus"
-        for var in ("workflow", "model"):
+        for var in expected - {"datasource"}:
             assert variables[var]["includeAll"] is True and variables[var]["allValue"] == ".*"
             assert_reads_only_the_registry(
                 variables[var]["query"]
@@ -103,10 +145,74 @@ def test_variables_and_datasources() -> None:
                 assert target["datasource"]["uid"] == "${datasource}"
 
 
+def test_every_offered_variable_filters_every_series_that_carries_its_label() -> None:
+    # A variable on a dashboard must never leave a panel unfiltered that it could filter: the
+    # workflow variable reaches every rulvar panel (every event metric carries rulvar_workflow).
+    known = registry_series_labels()
+    by_variable = {"workflow": "rulvar_workflow", "model": "gen_ai_request_model", "service": "service_name"}
+    for name, board in dashboards().items():
+        offered = {v["name"] for v in board["templating"]["list"]} - {"datasource"}
+        for title, expr in panel_queries(board):
+            for series_name in promql_references(expr)[0]:
+                for variable in offered:
+                    label = by_variable[variable]
+                    if label not in known[series_name]:
+                        continue
+                    for selector in re.findall(rf"\b{series_name}(\{{[^}}]*\}})?", expr):
+                        assert f'{label}=~"${variable}"' in selector, (name, title, series_name, variable)
+        if name != "rulvar-spans":
+            for title, expr in panel_queries(board):
+                assert 'rulvar_workflow=~"$workflow"' in expr, (name, title)
+
+
+def test_every_counter_read_counts_series_born_at_their_final_value() -> None:
+    # No bare rate()/increase(): each one sits in the born-series shape of scripts/generate_dashboards.py.
+    generator = generator_module()
+    for board in dashboards().values():
+        for title, expr in panel_queries(board):
+            assert "rate(" not in expr, title
+            # counted() pairs every increase() with a last_over_time(), changed() every delta().
+            assert expr.count("increase(") + expr.count("delta(") == expr.count("last_over_time("), title
+            assert "offset $__r" in expr, title
+    assert generator.counted("x", "5m").count("offset 5m") == 2
+
+
+def test_the_spanmetrics_panels_are_found_for_the_collector_tests() -> None:
+    queries = spanmetrics_panel_queries()
+    assert len(queries) >= 6
+    assert all(title.startswith("rulvar-spans / ") for title, _ in queries)
+    assert all("$" not in expr for _, expr in queries)
+
+
+def test_spanmetrics_names_match_the_shipped_connector_config() -> None:
+    config = yaml.safe_load((ROOT / "collector_config" / "otelcol-agent.yaml").read_text(encoding="utf-8"))
+    connector = config["connectors"]["span_metrics"]
+    assert connector.get("namespace") == SPAN_METRICS_NAMESPACE
+    assert connector.get("histogram", {}).get("unit", "ms") == SPAN_METRICS_DURATION_UNIT
+    assert [d["name"] for d in connector["dimensions"]] == list(SPAN_METRICS_DIMENSIONS)
+    names = {series for entry in SPAN_METRICS for series in entry.prometheus_series}
+    assert names == {
+        "traces_span_metrics_calls_total",
+        "traces_span_metrics_duration_milliseconds_bucket",
+        "traces_span_metrics_duration_milliseconds_sum",
+        "traces_span_metrics_duration_milliseconds_count",
+    }
+
+
 def test_every_panel_reads_only_registry_series_and_every_metric_is_shown() -> None:
     shown: set[str] = set()
     for board in dashboards().values():
         for _, expr in panel_queries(board):
             shown |= assert_reads_only_the_registry(expr)
-    for entry in REGISTRY:
+    for entry in (*REGISTRY, *SPAN_METRICS):
         assert shown & set(entry.prometheus_series), f"{entry.name} is on no dashboard"
+
+
+def test_dashboards_are_built_for_grafana_11_and_12() -> None:
+    # The pinned SDK build targets Grafana 11.6; the Grafana-10.1 build wrote schemaVersion 36,
+    # `style: dark` and `options: null`, which Grafana 11/12 migrate on every load.
+    for name, board in dashboards().items():
+        assert board["schemaVersion"] >= 41, name
+        assert "style" not in board, name
+        text = json.dumps(board)
+        assert '"options": null' not in text, name

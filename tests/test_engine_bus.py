@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from rulvar_otel.core.engine import (
+from rulvar_otel.core.handle import RunHandle
+from rulvar_otel.core.masking import MASKED_SECRET
+from rulvar_otel.engine import (
     Hang,
     Reply,
     ScriptedAdapter,
@@ -17,8 +19,6 @@ from rulvar_otel.core.engine import (
     create_engine,
     workflow,
 )
-from rulvar_otel.core.handle import RunHandle
-from rulvar_otel.core.masking import MASKED_SECRET
 from rulvar_otel.errors import ConfigError
 from tests.test_engine_scenarios import PRICES, TickClock, _no_sleep
 
@@ -182,8 +182,8 @@ def test_engine_run_outside_an_event_loop_is_a_config_error() -> None:
 
 def test_importing_the_core_loads_no_otel_network_or_terminal_library() -> None:
     code = (
-        "import sys, rulvar_otel.core, rulvar_otel.core.engine, rulvar_otel.core.engine.demo\n"
-        "from rulvar_otel.core.engine import OpenAICompatAdapter\n"
+        "import sys, rulvar_otel.core, rulvar_otel.engine, rulvar_otel.engine.demo\n"
+        "from rulvar_otel.engine import OpenAICompatAdapter\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('opentelemetry', 'httpx', 'typer', 'rich')]\n"
         "print(bad)\n"
     )
@@ -213,3 +213,24 @@ async def test_determinism_exempts_libraries_reports_once_and_honours_the_allowl
     quiet = engine(determinism_mode="off").run(library_clock, {})
     await quiet.result
     assert not [e async for e in quiet.events if e.type == "determinism:warning"]
+
+
+async def test_an_engine_fault_during_settlement_still_ends_the_stream_and_rejects_the_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rulvar_otel.engine.run import RunSegment
+    from rulvar_otel.errors import RunRejectedError
+
+    def broken_settle(self: RunSegment, *args: Any) -> None:
+        raise RuntimeError("settlement bug")
+
+    monkeypatch.setattr(RunSegment, "_settle", broken_settle)
+    handle = engine().run(two_agents, {})
+    events = await asyncio.wait_for(_collect(handle), timeout=5)
+    assert events[0].type == "run:start"
+    with pytest.raises(RunRejectedError, match="without settling"):
+        await handle.result
+
+
+async def _collect(handle: Any) -> list[Any]:
+    return [e async for e in handle.events]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from rulvar_otel.core.engine import (
+from rulvar_otel.engine import (
     AgentFailedError,
     OpenAICompatAdapter,
     RetryPolicy,

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rulvar_otel.core.engine import (
+from rulvar_otel.engine import (
     JsonlJournalStore,
     ReplayMissError,
     Reply,
@@ -19,7 +19,7 @@ from rulvar_otel.core.engine import (
     tool,
     workflow,
 )
-from rulvar_otel.core.engine.demo import build_demo, demo_adapter
+from rulvar_otel.engine.demo import build_demo, demo_adapter
 from rulvar_otel.errors import RunNotFoundError
 from tests._otel_harness import export
 from tests.test_engine_scenarios import PRICES, TickClock, _no_sleep, settle
@@ -230,3 +230,36 @@ def test_demo_replay_through_build_demo_is_deterministic() -> None:
     strip = lambda events: [{k: v for k, v in e.items() if k != "durationMs"} for e in events]  # noqa: E731
     assert strip(first[0]) == strip(second[0])
     assert demo_adapter().calls == 0
+
+
+def test_a_replayed_value_that_no_longer_validates_is_reported_without_its_content(tmp_path: Path) -> None:
+    from pydantic import BaseModel
+
+    class Loose(BaseModel):
+        note: str
+
+    class Strict(BaseModel):
+        note: int
+
+    def extracting(schema: type[BaseModel]) -> Any:
+        @workflow("extracting")
+        async def body(ctx: Any, args: Any) -> Any:
+            return await ctx.agent("extract", schema=schema)
+
+        return body
+
+    planted = "planted-content-never-echoed"
+    answer = Reply(f'{{"note": "{planted}"}}')
+    adapter = ScriptedAdapter("fake", script=[answer, answer])
+    store = JsonlJournalStore(tmp_path)
+
+    async def scenario() -> Any:
+        live = await engine_for(store, adapter).run(extracting(Loose), {}, run_id="x").result
+        assert live.status == "ok"
+        handle = engine_for(store, adapter).resume("x", extracting(Strict), dry_run=True)
+        return await handle.result
+
+    outcome = asyncio.run(scenario())
+    assert outcome.status == "error"
+    assert "ValidationError" in outcome.error["message"] and "note" in outcome.error["message"]
+    assert planted not in repr(outcome.error)

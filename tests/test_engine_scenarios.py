@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from rulvar_otel.core.engine import (
+from rulvar_otel.core.events import event_to_wire
+from rulvar_otel.core.handle import RunOutcome
+from rulvar_otel.engine import (
     BudgetExhaustedError,
     EngineRunHandle,
     ExposureDrainedError,
@@ -37,8 +39,6 @@ from rulvar_otel.core.engine import (
     tool,
     workflow,
 )
-from rulvar_otel.core.events import event_to_wire
-from rulvar_otel.core.handle import RunOutcome
 from tests import _fixtures
 from tests._otel_harness import export
 

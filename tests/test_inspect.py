@@ -28,7 +28,7 @@ def test_text_form_prints_the_three_readings() -> None:
     assert "longRunner" in row and "ok" in row and "240k" in row and "$0.241" in row and "per-call" in row
     phase_rows = [line for line in out.splitlines() if line.strip().startswith("#")]
     assert len(phase_rows) == 5 and "summarize" in phase_rows[1]
-    assert "1 agent spans, 0 open, 0 open phases" in out
+    assert "1 agent span, 0 open, 0 open phases" in out
 
 
 def test_text_form_shows_the_post_fan_in_decomposition() -> None:
@@ -50,7 +50,7 @@ def test_json_form_matches_the_reducers() -> None:
 def test_truncated_stream_shows_open_rows_and_absent_figures(tmp_path: Path) -> None:
     code, out, _ = _run(STREAMS / "synthetic-truncated-ok.jsonl", as_json=False)
     assert code == 0
-    assert "1 agent spans, 1 open, 1 open phases" in out
+    assert "1 agent span, 1 open, 1 open phase" in out
     run_wall = next(line for line in out.splitlines() if "run wall" in line)
     assert run_wall.split()[-1] == "-"
 
@@ -66,9 +66,10 @@ def test_hostile_and_secret_strings_are_masked_and_sanitized(tmp_path: Path) -> 
     assert code == 0 and "\x1b" not in out and "sk-abc" not in out and "item-7" not in out
     assert MASKED_SECRET in out
     code, out, _ = _run(path, as_json=True, patterns=[r"item-\d"])
-    assert "\\u001b" in out and "\x1b" not in out and "sk-abc" not in out
+    # Sanitized before encoding, as every output: no escape survives, not even JSON-escaped.
+    assert "\\u001b" not in out and "\x1b" not in out and "sk-abc" not in out
     label = json.loads(out)["invocationTable"]["agents"][0]["label"]
-    assert label == f"bad\x1b[2J\nrow {MASKED_SECRET} {MASKED_SECRET}"
+    assert label == f"bad row {MASKED_SECRET} {MASKED_SECRET}"
 
 
 def test_bad_input_is_a_clear_error_with_exit_code_2(tmp_path: Path) -> None:
@@ -89,3 +90,37 @@ def test_the_cli_command() -> None:
     assert json.loads(result.stdout)["criticalPath"]["workerSpans"] == 1
     result = runner.invoke(app, ["inspect", "/nonexistent/x.jsonl"])
     assert result.exit_code == 2
+
+
+def test_json_money_is_rounded_without_binary_noise() -> None:
+    code, out, _ = _run(STREAMS / "orchestrate.jsonl", as_json=True)
+    assert code == 0
+    assert "0.00030000000000000003" not in out and "000000000" not in out
+    doc = json.loads(out)
+    coordinator = doc["invocationTable"]["agents"][0]
+    assert coordinator["costUsd"] == 0.0003 and coordinator["phases"][0]["costUsd"] == 0.0003
+    assert doc["invocationTable"]["totalCostUsd"] == 0.00078
+
+
+def test_critical_path_hides_all_zero_rows_and_explains_its_terms() -> None:
+    code, out, _ = _run(STREAMS / "orchestrate.jsonl", as_json=False)
+    assert code == 0
+    crit = out[out.index("Critical path") :]
+    table = crit[: crit.index("  run wall          first to last event")].splitlines()
+    # orchestrate has no synthesize call and no host rejection: those rows say nothing.
+    for label in ("synthesis", "final composition", "claim judge", "host-rejected spans", "model only"):
+        assert not any(line.strip().startswith(label + " ") for line in table), label
+    assert "(8 rows whose figures are all zero not shown)" in crit
+    assert "post-fan-in: coordination tools   1 ms (await_all 0 ms x1, finish 1 ms x1)" in crit
+    # Figures the stream cannot support stay, as "-", and the legend says what "-" means.
+    assert any(
+        line.split()[:2] == ["first", "candidate"] and line.split()[-1] == "-" for line in crit.splitlines()
+    )
+    for term in ("run wall", "post-fan-in", "synthesis", "residue", "cannot support"):
+        assert any(term in line for line in crit.splitlines()[-9:]), term
+
+
+def test_an_agent_without_type_or_label_reads_anon() -> None:
+    _, out, _ = _run(STREAMS / "orchestrate.jsonl", as_json=False)
+    row = next(line for line in out.splitlines() if line.strip().startswith("s1 "))
+    assert row.split()[1] == "(anon)"

@@ -230,3 +230,83 @@ def _is_event(line: bytes) -> bool:
     except orjson.JSONDecodeError:
         return False
     return isinstance(obj, dict) and check_envelope(obj) is None
+
+
+def _bom_stream() -> bytes:
+    return b"\xef\xbb\xbf" + lines_of(event(0, type="run:start", workflow="w", resumed=False), event(1))
+
+
+def test_a_byte_order_mark_on_line_1_is_stripped_in_every_mode(tmp_path: Path) -> None:
+    data = _bom_stream()
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(data)
+    expected = [0, 1]
+    for source in (
+        path,
+        io.BytesIO(data),
+        io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"),
+        io.StringIO(data.decode("utf-8")),
+    ):
+        got, problems = read_jsonl_events(source)  # type: ignore[arg-type]
+        assert [e["seq"] for e in got] == expected and problems == [], source
+        assert got[0]["type"] == "run:start"
+
+
+def test_a_byte_order_mark_is_only_stripped_on_line_1() -> None:
+    data = lines_of(event(0)) + b"\xef\xbb\xbf" + lines_of(event(1))
+    got, problems = read_jsonl_events(io.BytesIO(data))
+    assert [e["seq"] for e in got] == [0]
+    assert [(p.line_number, p.reason) for p in problems] == [
+        (2, "invalid JSON (UTF-8 byte order mark (BOM) is not supported)")
+    ]
+
+
+def test_a_text_stream_with_a_bad_utf8_byte_behaves_like_a_path(tmp_path: Path) -> None:
+    good = [event(i) for i in range(4)]
+    data = lines_of(good[0], good[1]) + b'{"bad": "\xff"}\n' + lines_of(good[2], good[3])
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(data)
+    from_path, path_problems = read_jsonl_events(path)
+    text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
+    from_text, text_problems = read_jsonl_events(text)
+    assert from_text == from_path == good
+    assert [(p.line_number, p.reason) for p in text_problems] == [
+        (p.line_number, p.reason) for p in path_problems
+    ]
+    assert [p.line_number for p in text_problems] == [3]
+    assert text.errors == "strict"  # the caller's stream is given back as it came
+
+
+def test_a_text_stream_with_a_bad_utf8_byte_exports_through_the_api(tmp_path: Path) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from rulvar_otel.otel import export_events
+
+    stream = (STREAMS / "tools.jsonl").read_bytes().splitlines(keepends=True)
+    data = b"".join(stream[:3]) + b"\xfe\xff garbage\n" + b"".join(stream[3:])
+    events_, problems = read_jsonl_events(io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+    assert events_ == events("tools") and [p.line_number for p in problems] == [4]
+    assert export_events(events_, TracerProvider().get_tracer("t")) > 0
+
+
+def test_the_cli_exports_a_stream_with_a_byte_order_mark_whole(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from rulvar_otel.cli import app
+
+    stream = tmp_path / "bom.jsonl"
+    stream.write_bytes(b"\xef\xbb\xbf" + (STREAMS / "minimal.jsonl").read_bytes())
+    out = tmp_path / "spans.jsonl"
+    result = CliRunner().invoke(
+        app, ["export", str(stream), "--out", str(out), "--progress", "off", "--no-tree"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "skipped" not in result.stderr and "line 1" not in result.stderr
+    names = [
+        span["name"]
+        for line in out.read_text().splitlines()
+        for rs in json.loads(line)["resourceSpans"]
+        for ss in rs["scopeSpans"]
+        for span in ss["spans"]
+    ]
+    assert "run review" in names  # line 1, the run:start, was kept

@@ -1,18 +1,21 @@
-"""Each rule of spec/otel-mapping.md, on hand-built streams (including shapes no fixture has)."""
+"""Each rule of docs/otel-mapping.md, on hand-built streams (including shapes no fixture has)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from opentelemetry.sdk.trace import Span
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import SpanKind, StatusCode
 
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import MASKED_SECRET
-from rulvar_otel.errors import RunRejectedError
+from rulvar_otel.errors import ConfigError, RunRejectedError
+from rulvar_otel.otel import export_events
 from rulvar_otel.otel import semconv as sc
-from tests._otel_harness import Export, ev, export, t
+from tests._otel_harness import Export, Recorder, ev, export, provider, t
 
 OK = RunOutcome(status="ok")
 USAGE = {
@@ -352,7 +355,8 @@ def test_envelope_mirror_and_error_type_on_run_span() -> None:
     assert attrs[sc.RUN_CHILD_STATUS_COUNTS] == '{"ok":2,"error":1}'
     assert attrs[sc.RUN_DEGRADED_REASONS] == '["child x limit"]'
     assert "secret text" not in repr(result.spans[0].to_json())
-    assert result.spans[0].status.description is None
+    # docs/otel-mapping.md#errors: the status literal, never the wire error's message.
+    assert result.spans[0].status.description == "exhausted"
 
 
 def test_export_without_outcome_reads_the_run_end() -> None:
@@ -401,16 +405,152 @@ def test_agent_span_usage_cost_and_genai_attributes() -> None:
     )
     a = only(result, "agent researcher loop")
     attrs = a.attributes or {}
+    assert attrs[sc.GEN_AI_OPERATION_NAME] == "invoke_agent"
+    assert attrs[sc.AGENT_ROLE] == "loop"
     assert attrs[sc.GEN_AI_PROVIDER_NAME] == "openai"
+    assert attrs[sc.GEN_AI_REQUEST_MODEL] == "gpt-x" and attrs[sc.MODEL_REF] == "openai:gpt-x"
     assert attrs[sc.GEN_AI_AGENT_NAME] == "researcher"
-    assert attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] == 10 and attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 5
-    assert attrs[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == 2
-    assert attrs[sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS] == 1
-    assert attrs[sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] == 3
+    assert attrs[sc.GEN_AI_CONVERSATION_ID] == "r1"
+    assert attrs[sc.OPENINFERENCE_SPAN_KIND] == "AGENT"
+    # docs/otel-mapping.md#token-usage-on-one-level: the agent had an invocation, so its totals
+    # are rulvar.usage.* and the tokens are counted on the invocation only.
+    assert not any(key.startswith("gen_ai.usage.") for key in attrs)
+    assert attrs[sc.RULVAR_USAGE_INPUT_TOKENS] == 10 and attrs[sc.RULVAR_USAGE_OUTPUT_TOKENS] == 5
+    assert attrs[sc.RULVAR_USAGE_CACHE_READ_INPUT_TOKENS] == 2
+    assert attrs[sc.RULVAR_USAGE_CACHE_CREATION_INPUT_TOKENS] == 1
+    assert attrs[sc.RULVAR_USAGE_REASONING_OUTPUT_TOKENS] == 3
     assert attrs[sc.RETRY_COUNT] == 2 and attrs[sc.ERROR_TYPE] == "RATE"
+    assert a.status.description == "error"
     inv = only(result, "invocation loop")
     assert parent_of(result, inv) is a
-    assert (inv.attributes or {})[sc.RETRIES] == 2 and (inv.attributes or {})[sc.INVOCATION] == 1
+    inv_attrs = inv.attributes or {}
+    assert inv_attrs[sc.RETRIES] == 2 and inv_attrs[sc.INVOCATION] == 1
+    assert inv_attrs[sc.GEN_AI_OPERATION_NAME] == "chat" and inv_attrs[sc.AGENT_ROLE] == "loop"
+    assert inv_attrs[sc.GEN_AI_REQUEST_MODEL] == "gpt-x" and inv_attrs[sc.MODEL_REF] == "openai:gpt-x"
+    assert inv_attrs[sc.OPENINFERENCE_SPAN_KIND] == "LLM"
+    assert inv_attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] == 10 and inv_attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 5
+    assert inv_attrs[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == 2
+    assert inv_attrs[sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS] == 1
+    assert inv_attrs[sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] == 3
+    assert sc.GEN_AI_CONVERSATION_ID not in inv_attrs
+    assert inv.kind is SpanKind.INTERNAL  # docs/otel-mapping.md#operation-names-and-span-kinds
+
+
+def test_agent_without_invocation_children_keeps_genai_usage() -> None:
+    result = export(run(agent(1, "a", "s0"), agent_end(2, "a")), OK)
+    attrs = only(result, "agent w loop").attributes or {}
+    assert attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] == 10 and attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 5
+    assert not any(key.startswith("rulvar.usage.") for key in attrs)
+
+
+@pytest.mark.parametrize(
+    ("model", "request_model", "provider"),
+    [
+        ("openai:gpt-4o", "gpt-4o", "openai"),
+        ("anthropic:claude-x", "claude-x", "anthropic"),
+        ("google:gemini-2.5-pro", "gemini-2.5-pro", "gcp.gemini"),
+        ("Bedrock:anthropic.claude-v2:1", "anthropic.claude-v2:1", "aws.bedrock"),
+        ("azure-openai:gpt-4o", "gpt-4o", "azure.ai.openai"),
+        ("mistral:large", "large", "mistral_ai"),
+        ("fake:model", "model", "fake"),
+        ("gpt-x", "gpt-x", None),
+        ("openai:", "(unknown)", "openai"),
+    ],
+)
+def test_request_model_is_the_id_after_the_adapter_and_provider_is_well_known(
+    model: str, request_model: str, provider: str | None
+) -> None:
+    result = export(run(ev("agent:start", 1, "a", "s0", agentType="x", model=model, role="loop")), OK)
+    attrs = result.spans[1].attributes or {}
+    assert attrs[sc.GEN_AI_REQUEST_MODEL] == request_model
+    assert attrs[sc.MODEL_REF] == model
+    assert attrs.get(sc.GEN_AI_PROVIDER_NAME) == provider
+
+
+def test_every_error_span_names_an_error_type_and_its_status_literal() -> None:
+    result = export(
+        run(
+            ev("child:start", 1, "c", "s0", workflow="kid", scope="wf:kid:0"),
+            agent(2, "a", "c"),
+            ev("agent:phase:start", 3, "a", agentType="w", role="loop", model="m", invocation=1),
+            ev(
+                "agent:phase:end",
+                4,
+                "a",
+                agentType="w",
+                role="loop",
+                model="m",
+                invocation=1,
+                outcome="error",
+            ),
+            ev("tool:start", 5, "a", toolName="x"),
+            ev("tool:end", 6, "a", toolName="x", outcome="denied"),
+            ev("agent:end", 7, "a", status="error", error={"code": "E_X", "message": "content"}),
+            ev("child:end", 8, "c", status="error"),
+            agent(9, "b", "s0", agent_type="v"),  # never ends: inferred, ERROR on a failed run
+            status="error",
+        ),
+        RunOutcome(status="error"),
+    )
+    expected = {
+        "run wf": ("_OTHER", "error"),
+        "workflow kid": ("_OTHER", "error"),
+        "agent w loop": ("E_X", "error"),
+        "invocation loop": ("_OTHER", "error"),
+        "tool x": ("_OTHER", "denied"),
+        "agent v loop": ("_OTHER", None),
+    }
+    for name, (error_type, description) in expected.items():
+        span = only(result, name)
+        assert span.status.status_code is StatusCode.ERROR, name
+        assert (span.attributes or {})[sc.ERROR_TYPE] == error_type, name
+        assert span.status.description == description, name
+
+
+def test_conversation_id_is_the_run_id_on_run_and_agent_spans_only() -> None:
+    result = export(
+        run(
+            ev("phase:start", 1, "p", "s0", phase="x"),
+            agent(2, "a", "p"),
+            ev("tool:start", 3, "a", toolName="t"),
+        ),
+        OK,
+    )
+    carriers = {s.name for s in result.spans if sc.GEN_AI_CONVERSATION_ID in (s.attributes or {})}
+    assert carriers == {"run wf", "agent w loop"}
+    assert {(s.attributes or {})[sc.GEN_AI_CONVERSATION_ID] for s in result.spans if s.name in carriers} == {
+        "r1"
+    }
+
+
+def test_openinference_span_kinds_on_every_span_and_switchable_off() -> None:
+    stream = run(
+        ev("phase:start", 1, "p", "s0", phase="x"),
+        agent(2, "a", "p"),
+        ev("agent:phase:start", 3, "a", agentType="w", role="loop", model="m", invocation=1),
+        ev("tool:start", 4, "a", toolName="t"),
+        ev("child:start", 5, "c", "p", workflow="kid", scope="wf:kid:0"),
+    )
+    kinds = {s.name: (s.attributes or {}).get(sc.OPENINFERENCE_SPAN_KIND) for s in export(stream, OK).spans}
+    assert kinds == {
+        "run wf": "CHAIN",
+        "phase x": "CHAIN",
+        "workflow kid": "CHAIN",
+        "agent w loop": "AGENT",
+        "invocation loop": "LLM",
+        "tool t": "TOOL",
+    }
+    recorder = Recorder()
+    export_events(stream, provider(recorder).get_tracer("t"), outcome=OK, conventions=())
+    assert len(recorder.ended) == 6
+    assert not any(sc.OPENINFERENCE_SPAN_KIND in (s.attributes or {}) for s in recorder.ended)
+
+
+def test_unknown_convention_is_a_config_error_before_any_span() -> None:
+    recorder = Recorder()
+    with pytest.raises(ConfigError, match="openinference"):
+        export_events(run(), provider(recorder).get_tracer("t"), conventions=("openinferense",))
+    assert recorder.started == []
 
 
 def test_anonymous_and_unknown_names() -> None:
@@ -537,6 +677,9 @@ def test_determinism_warning_exports_code_location() -> None:
         sc.DETERMINISM_PROVENANCE: "workflow",
         sc.CODE_FILEPATH: "/app/wf.py",
         sc.CODE_LINENO: 12,
+        # docs/otel-mapping.md#conversation-id-and-code-location: the current names beside them.
+        sc.CODE_FILE_PATH: "/app/wf.py",
+        sc.CODE_LINE_NUMBER: 12,
         "rulvar.event.column": 9,
     }
 
@@ -587,3 +730,233 @@ def test_clock_stepping_back_never_gives_negative_durations() -> None:
     result = export(run(agent(5, "a", "s0"), agent_end(6, "a") | {"ts": ev("x", 0, "x", ts_ms=1)["ts"]}), OK)
     a = only(result, "agent w loop")
     assert a.end_time == a.start_time
+
+
+# --- span events respect closed scopes (docs/otel-mapping.md#where-a-span-event-lands) ------------
+
+
+def _event_names(span: Span) -> list[str]:
+    return [e.name for e in span.events]
+
+
+def test_no_span_event_lands_inside_a_child_workflow_that_has_closed() -> None:
+    result = export(
+        run(
+            ev("phase:start", 1, "p", "s0", phase="outer"),
+            ev("child:start", 2, "c", "p", workflow="kid", scope="wf:kid:0"),
+            ev("phase:start", 3, "cp", "c", phase="inside-kid"),
+            agent(4, "a", "cp"),  # never ends
+            ev("child:end", 5, "c", workflow="kid", scope="wf:kid:0", status="ok"),
+            ev("log", 6, "cp", level="info", msg="m"),  # keyed to the closed child's phase
+            ev("log", 7, "a", level="info", msg="m"),  # keyed to an agent inside it
+            ev("budget:update", 8, "nobody", spentUsd=1),  # innermost open: not the stranded agent
+        ),
+        OK,
+    )
+    assert _event_names(only(result, "phase inside-kid")) == []
+    assert _event_names(only(result, "agent w loop")) == []
+    assert _event_names(only(result, "phase outer")) == ["log", "log", "budget:update"]
+    # The stranded agent is still ended, at the last event of the segment.
+    stranded = only(result, "agent w loop")
+    assert stranded.end_time == t(999) and (stranded.attributes or {})[sc.END_INFERRED] is True
+
+
+def test_no_span_event_lands_in_a_segment_that_has_ended() -> None:
+    seg2 = 4_294_967_296
+    events = [
+        ev("run:start", 0, "s0", workflow="wf", resumed=False),
+        agent(1, "a", "s0"),  # a leftover of segment one
+        ev("run:end", 2, "s0", status="suspended", totalUsd=0),
+        ev("log", 3, "a", level="info", msg="after the segment ended"),
+        ev("run:start", seg2, "s1", ts_ms=10, workflow="wf", resumed=True),
+        ev("log", seg2 + 1, "a", ts_ms=11, level="info", msg="keyed to the old agent"),
+        ev("run:end", seg2 + 2, "s1", ts_ms=12, status="ok", totalUsd=0),
+    ]
+    result = export(events, OK)
+    leftover = only(result, "agent w loop")
+    assert _event_names(leftover) == []
+    assert leftover.end_time == t(3)
+    _, second = result.named("run wf")
+    assert _event_names(second) == ["log"]
+
+
+def test_inferred_phase_end_covers_its_own_span_events() -> None:
+    result = export(
+        run(
+            ev("phase:start", 1, "p", "s0", phase="quiet"),
+            ev("log", 5, "p", level="info", msg="m"),
+            ev("budget:update", 6, "p", spentUsd=1),
+        ),
+        OK,
+    )
+    phase = only(result, "phase quiet")
+    assert phase.end_time == t(6)
+    assert (phase.attributes or {})[sc.END_INFERRED] is True
+
+
+def test_span_events_stay_within_their_span_when_the_clock_steps_back() -> None:
+    result = export(
+        run(
+            agent(5, "a", "s0"),
+            ev("log", 6, "a", ts_ms=2, level="info", msg="stamped before the agent started"),
+            ev("log", 7, "a", ts_ms=9, level="info", msg="m"),
+            agent_end(8, "a") | {"ts": ev("x", 0, "x", ts_ms=8)["ts"]},  # ends before its last event
+        ),
+        OK,
+    )
+    a = only(result, "agent w loop")
+    assert [e.timestamp for e in a.events] == [t(5), t(9)]
+    assert a.end_time == t(9)
+    for span in result.spans:
+        for event in span.events:
+            assert span.start_time is not None and span.end_time is not None
+            assert span.start_time <= event.timestamp <= span.end_time, span.name
+
+
+def test_orphan_in_a_later_segment_groups_under_that_segments_open_phase() -> None:
+    seg2 = 4_294_967_296
+    events = [
+        ev("run:start", 0, "s0", workflow="wf", resumed=False),
+        ev("run:end", 1, "s0", status="suspended", totalUsd=0),
+        ev("run:start", seg2, "s1", ts_ms=10, workflow="wf", resumed=True),
+        ev("phase:start", seg2 + 1, "p2", "s1", ts_ms=11, phase="two"),
+        agent(seg2 + 2, "a", "never-opened", ts_ms=12),
+        ev("log", seg2 + 3, "nobody", ts_ms=13, level="info", msg="m"),
+    ]
+    result = export(events, OK)
+    phase = only(result, "phase two")
+    assert parent_of(result, only(result, "agent w loop")) is phase
+    assert _event_names(only(result, "agent w loop")) == ["log"]  # the innermost open span
+
+
+# --- the names are the convention's (docs/otel-mapping.md#genai-semantic-conventions) ------------
+
+
+def test_genai_names_and_values_are_the_conventions_own() -> None:
+    """Checked against opentelemetry-semantic-conventions, the registry the OTel project publishes."""
+    from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+    from opentelemetry.semconv.attributes import code_attributes, error_attributes
+    from opentelemetry.semconv.schemas import Schemas
+
+    registry = {v for k, v in vars(gen_ai).items() if k.startswith("GEN_AI_") and isinstance(v, str)}
+    ours = {
+        v
+        for k, v in vars(sc).items()
+        if k.startswith("GEN_AI_")
+        and isinstance(v, str)
+        and v.startswith("gen_ai.")
+        and not k.startswith("GEN_AI_CLIENT_")  # metric names
+    }
+    assert len(ours) >= 12 and ours - registry == set()
+    assert sc.ERROR_TYPE == error_attributes.ERROR_TYPE
+    assert (sc.CODE_FILE_PATH, sc.CODE_LINE_NUMBER) == (
+        code_attributes.CODE_FILE_PATH,
+        code_attributes.CODE_LINE_NUMBER,
+    )
+    operations = {v.value for v in gen_ai.GenAiOperationNameValues}
+    assert {
+        sc.GEN_AI_OPERATION_INVOKE_AGENT,
+        sc.GEN_AI_OPERATION_CHAT,
+        sc.GEN_AI_OPERATION_EXECUTE_TOOL,
+    } <= operations
+    providers = {v.value for v in gen_ai.GenAiProviderNameValues}
+    assert set(sc.GEN_AI_PROVIDER_NAMES.values()) <= providers
+    assert {key for key, value in sc.GEN_AI_PROVIDER_NAMES.items() if key == value} == providers
+    assert sc.SCHEMA_URL in {s.value for s in Schemas}
+
+
+# --- contract-scopes streams: generated nestings of segments, child workflows, phases, agents ----
+
+_SCOPE_OPS = st.lists(
+    st.sampled_from(["phase", "child", "child_end", "agent", "orphan", "agent_end", "event", "segment"])
+    | st.tuples(st.just("event_on"), st.integers(0, 30)),
+    max_size=50,
+)
+
+
+def _scope_stream(ops: list[Any], steps: list[int]) -> list[dict[str, Any]]:
+    """A well-formed stream shaped by ``ops``; ``steps`` are the clock's increments (0 allowed)."""
+    seq = 0
+    clock = 0
+    out: list[dict[str, Any]] = []
+    scopes: list[str] = []  # the run, open child workflows and phases, innermost last
+    children: set[str] = set()
+    agents: list[str] = []
+    known: list[str] = []
+    segment = 0
+
+    def emit(kind: str, span: str, parent: str | None = None, **body: Any) -> None:
+        nonlocal seq, clock
+        clock += steps[seq % len(steps)]
+        out.append(ev(kind, seq, span, parent, ts_ms=clock, **body))
+        seq += 1
+
+    def run_start() -> None:
+        root = f"run{segment}"
+        emit("run:start", root, workflow="wf", resumed=segment > 0)
+        scopes.append(root)
+        known.append(root)
+
+    run_start()
+    for i, op in enumerate(ops):
+        name = f"s{i}"
+        if op == "phase":
+            emit("phase:start", name, scopes[-1], phase=name)
+            scopes.append(name)
+        elif op == "child":
+            emit("child:start", name, scopes[-1], workflow=name, scope=f"wf:{name}:0")
+            scopes.append(name)
+            children.add(name)
+        elif op == "child_end":
+            # The innermost child workflow closes; the phases inside it close with it as scopes.
+            inner = [k for k in range(1, len(scopes)) if scopes[k] in children]
+            if inner:
+                emit("child:end", scopes[inner[-1]], status="ok", workflow=scopes[inner[-1]])
+                del scopes[inner[-1] :]
+        elif op in ("agent", "orphan"):
+            emit(
+                "agent:start", name, scopes[-1] if op == "agent" else f"never-{i}", agentType="w", role="loop"
+            )
+            agents.append(name)
+        elif op == "agent_end" and agents:
+            emit("agent:end", agents.pop(), status="ok")
+        elif op == "event":
+            emit("budget:update", scopes[-1], spentUsd=1)
+        elif isinstance(op, tuple):
+            emit("log", known[op[1] % len(known)], level="info", msg="m")
+        elif op == "segment":
+            emit("run:end", f"run{segment}", status="suspended", totalUsd=0)
+            segment += 1
+            scopes.clear()
+            agents.clear()
+            run_start()
+        if op in ("phase", "child", "agent", "orphan"):
+            known.append(name)
+    return out
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_SCOPE_OPS, st.lists(st.integers(0, 3), min_size=1, max_size=5))
+def test_generated_scopes_keep_every_event_inside_its_span_and_out_of_closed_scopes(
+    ops: list[Any], steps: list[int]
+) -> None:
+    stream = _scope_stream(ops, steps)
+    result = export(stream, OK)
+    assert len(result.ended) == len(result.spans)
+    by_seq = {e["seq"]: e for e in stream}
+    closer_seq = {e["spanId"]: e["seq"] for e in stream if e["type"] in ("child:end", "run:end")}
+    for span in result.spans:
+        assert span.start_time is not None and span.end_time is not None
+        for event in span.events:
+            assert span.start_time <= event.timestamp <= span.end_time, span.name
+            seq = (event.attributes or {})[sc.ENTRY_SEQ]
+            # No child workflow or segment around the host had closed when the event came.
+            node: Span | None = span
+            while node is not None:
+                opener = by_seq[(node.attributes or {})[sc.ENTRY_SEQ]]
+                if opener["type"] in ("child:start", "run:start"):
+                    closed_at = closer_seq.get(opener["spanId"])
+                    assert closed_at is None or closed_at > seq, (span.name, event.name, seq)
+                    if opener["type"] == "run:start":
+                        break
+                node = parent_of(result, node)

@@ -20,10 +20,11 @@ from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel.metrics import REGISTRY, MetricsRecorder, definition, record_metrics
 from rulvar_otel.otel.metrics.registry import FINISH, InstrumentKind
 from tests._fixtures import events, outcome
-from tests.test_metrics_streams import (
+from tests._metric_streams import (
     adaptive_outcome,
     adaptive_stream,
     attrs,
+    build_stream,
     feed,
     points,
     unsettled_quota_stream,
@@ -50,17 +51,26 @@ def _fold(setup: tuple[Any, InMemoryMetricReader], name: str, with_outcome: bool
 RUN = sc.METRIC_RUNS_SETTLED
 
 
-def _run_key(workflow: str, status: str, completion: str = "none", settled: bool = True) -> Any:
+def _run_key(
+    workflow: str, status: str, completion: str = "none", settled: bool = True, reason: str = "none"
+) -> Any:
     return attrs(
-        {sc.WORKFLOW: workflow, sc.STATUS: status, sc.RUN_COMPLETION: completion, sc.RUN_SETTLED: settled}
+        {
+            sc.WORKFLOW: workflow,
+            sc.STATUS: status,
+            sc.RUN_COMPLETION: completion,
+            sc.RUN_SETTLED: settled,
+            sc.RUN_SETTLED_REASON: reason,
+        }
     )
 
 
-def _phase(model: str, role: str, **extra: Any) -> dict[str, Any]:
+def _phase(workflow: str, model: str, role: str, **extra: Any) -> dict[str, Any]:
     return {
+        sc.WORKFLOW: workflow,
         sc.GEN_AI_REQUEST_MODEL: model,
         sc.GEN_AI_PROVIDER_NAME: model.partition(":")[0],
-        sc.GEN_AI_OPERATION_NAME: role,
+        sc.AGENT_ROLE: role,
         **extra,
     }
 
@@ -98,13 +108,14 @@ def test_prometheus_names_follow_the_exporter_rules() -> None:
     assert definition(sc.METRIC_RUNS_SETTLED).prometheus_name == "rulvar_runs_settled_total"
     assert definition(sc.METRIC_SPEND).prometheus_name == "rulvar_spend_usd_total"
     assert definition(sc.METRIC_NET_LOST_COST).prometheus_series == ("rulvar_plan_net_lost_cost_usd",)
-    assert definition(sc.GEN_AI_CLIENT_OPERATION_DURATION).prometheus_series == (
-        "gen_ai_client_operation_duration_seconds_bucket",
-        "gen_ai_client_operation_duration_seconds_sum",
-        "gen_ai_client_operation_duration_seconds_count",
+    assert definition(sc.METRIC_INVOCATION_DURATION).prometheus_series == (
+        "rulvar_invocation_duration_seconds_bucket",
+        "rulvar_invocation_duration_seconds_sum",
+        "rulvar_invocation_duration_seconds_count",
     )
-    assert definition(sc.GEN_AI_CLIENT_TOKEN_USAGE).prometheus_name == "gen_ai_client_token_usage"
+    assert definition(sc.METRIC_INVOCATION_TOKEN_USAGE).prometheus_name == "rulvar_invocation_token_usage"
     assert definition(sc.METRIC_EXPOSURE_WAITS).prometheus_labels == (
+        "rulvar_workflow",
         "rulvar_exposure_scope",
         "rulvar_will_wait",
         "gen_ai_request_model",
@@ -115,8 +126,8 @@ def test_prometheus_names_follow_the_exporter_rules() -> None:
 
 def test_histograms_use_the_registry_buckets(setup: Any) -> None:
     data = _fold(setup, "minimal")
-    point = next(iter(data[sc.GEN_AI_CLIENT_TOKEN_USAGE].values()))
-    assert len(point[2]) == len(definition(sc.GEN_AI_CLIENT_TOKEN_USAGE).buckets or ()) + 1
+    point = next(iter(data[sc.METRIC_INVOCATION_TOKEN_USAGE].values()))
+    assert len(point[2]) == len(definition(sc.METRIC_INVOCATION_TOKEN_USAGE).buckets or ()) + 1
 
 
 # --- folds per stream (numbers by hand from the JSONL) ------------------------------------------
@@ -129,14 +140,19 @@ def test_minimal(setup: Any) -> None:
     assert _hist(data[sc.METRIC_RUN_DURATION][run_attrs]) == (1, approx(0.024))  # .323 - .299
     assert _hist(data[sc.METRIC_RUN_COST][run_attrs]) == (1, 0.0)
     ref = "fake:fake-model"
-    tokens = data[sc.GEN_AI_CLIENT_TOKEN_USAGE]
-    assert _hist(tokens[attrs(_phase(ref, "loop", **{sc.GEN_AI_TOKEN_TYPE: "input"}))]) == (1, 4)
-    assert _hist(tokens[attrs(_phase(ref, "loop", **{sc.GEN_AI_TOKEN_TYPE: "output"}))]) == (1, 2)
-    assert _hist(data[sc.GEN_AI_CLIENT_OPERATION_DURATION][attrs(_phase(ref, "loop"))]) == (1, approx(0.006))
-    agent = attrs({sc.AGENT_TYPE: "unknown", sc.STATUS: "ok", sc.GEN_AI_REQUEST_MODEL: ref})
+    tokens = data[sc.METRIC_INVOCATION_TOKEN_USAGE]
+    assert _hist(tokens[attrs(_phase("review", ref, "loop", **{sc.GEN_AI_TOKEN_TYPE: "input"}))]) == (1, 4)
+    assert _hist(tokens[attrs(_phase("review", ref, "loop", **{sc.GEN_AI_TOKEN_TYPE: "output"}))]) == (1, 2)
+    assert _hist(data[sc.METRIC_INVOCATION_DURATION][attrs(_phase("review", ref, "loop"))]) == (
+        1,
+        approx(0.006),
+    )
+    agent = attrs(
+        {sc.WORKFLOW: "review", sc.AGENT_TYPE: "unknown", sc.STATUS: "ok", sc.GEN_AI_REQUEST_MODEL: ref}
+    )
     assert data[sc.METRIC_AGENT_INVOCATIONS] == {agent: 1}
     assert _hist(data[sc.METRIC_AGENT_DURATION][agent]) == (1, approx(0.008))  # .320 - .312
-    assert data[sc.METRIC_SPEND] == {attrs(_phase(ref, "loop")): 0}
+    assert data[sc.METRIC_SPEND] == {attrs(_phase("review", ref, "loop")): 0}
     workflow = attrs({sc.WORKFLOW: "review"})
     assert data[sc.METRIC_ABANDONED_COST] == {workflow: 0}
     assert data[sc.METRIC_RECLAIMED_COST] == {workflow: 0}
@@ -149,23 +165,84 @@ def test_minimal(setup: Any) -> None:
 def test_quota_is_throttling_not_failure(setup: Any) -> None:
     data = _fold(setup, "quota")
     denial = attrs(
-        {sc.GEN_AI_REQUEST_MODEL: "fake:model", sc.GEN_AI_PROVIDER_NAME: "fake", sc.QUOTA_DIMENSION: "tokens"}
+        {
+            sc.WORKFLOW: "throttled",
+            sc.GEN_AI_REQUEST_MODEL: "fake:model",
+            sc.GEN_AI_PROVIDER_NAME: "fake",
+            sc.QUOTA_DIMENSION: "tokens",
+        }
     )
     assert data[sc.METRIC_QUOTA_DENIALS] == {denial: 2}
     assert sc.METRIC_AGENT_ERRORS not in data
     assert data[RUN] == {_run_key("throttled", "ok"): 1}
-    tokens = data[sc.GEN_AI_CLIENT_TOKEN_USAGE]
-    assert _hist(tokens[attrs(_phase("fake:model", "loop", **{sc.GEN_AI_TOKEN_TYPE: "input"}))]) == (1, 12)
-    assert data[sc.METRIC_SPEND] == {attrs(_phase("fake:model", "loop")): approx(0.000082)}
+    tokens = data[sc.METRIC_INVOCATION_TOKEN_USAGE]
+    assert _hist(
+        tokens[attrs(_phase("throttled", "fake:model", "loop", **{sc.GEN_AI_TOKEN_TYPE: "input"}))]
+    ) == (1, 12)
+    assert data[sc.METRIC_SPEND] == {attrs(_phase("throttled", "fake:model", "loop")): approx(0.000082)}
+
+
+def test_an_unrelated_error_after_a_quota_denial_is_an_error_not_exhaustion(setup: Any) -> None:
+    meter, reader = setup
+    agent = {"agentType": "writer", "model": "acme:small", "role": "loop"}
+    invalid = {"code": "invalid_request", "message": "bad schema", "retryable": False}
+    exhausted = {"code": "quota_exhausted", "message": "denied", "retryable": False}
+    stream = build_stream(
+        "syn-misfire",
+        [
+            (0.0, "s0", {"type": "run:start", "workflow": "w", "resumed": False}),
+            (0.1, "s1", {"type": "agent:start", **agent}),
+            (0.1, "s1", {"type": "agent:phase:start", **agent, "invocation": 1}),
+            (0.2, "s1", {"type": "quota:denied", "agentType": "writer", "model": "acme:small",
+                         "reason": "tokensPerMinute 10 exhausted", "willRetry": True}),
+            (0.3, "s1", {"type": "agent:error", "agentType": "writer", "error": invalid, "willRetry": False}),
+            (0.4, "s1", {"type": "agent:phase:end", **agent, "invocation": 1, "durationMs": 300,
+                         "outcome": "error"}),
+            (0.5, "s1", {"type": "agent:end", "agentType": "writer", "status": "error", "entryRef": 1}),
+            (0.6, "s2", {"type": "agent:start", **agent}),
+            (0.7, "s2", {"type": "quota:denied", "agentType": "writer", "model": "acme:small",
+                         "reason": "tokensPerMinute 10 exhausted", "willRetry": True}),
+            (0.8, "s2", {"type": "agent:error", "agentType": "writer", "error": exhausted,
+                         "willRetry": False}),
+            (0.9, "s2", {"type": "agent:end", "agentType": "writer", "status": "error", "entryRef": 2}),
+            (1.0, "s0", {"type": "run:end", "status": "error", "totalUsd": 0}),
+        ],
+    )  # fmt: skip
+    feed(meter, stream)
+
+    def err(code: str, cls: str) -> Any:
+        return attrs(
+            {
+                sc.WORKFLOW: "w",
+                sc.AGENT_TYPE: "writer",
+                sc.ERROR_TYPE: code,
+                sc.WILL_RETRY: False,
+                sc.ERROR_CLASS: cls,
+            }
+        )
+
+    assert points(reader)[sc.METRIC_AGENT_ERRORS] == {
+        err("invalid_request", "error"): 1,
+        err("quota_exhausted", "quota_exhausted"): 1,
+    }
 
 
 def test_exposure_drained(setup: Any) -> None:
     data = _fold(setup, "exposure-drained")
-    wait = attrs({sc.EXPOSURE_SCOPE: "root", sc.WILL_WAIT: False, sc.GEN_AI_REQUEST_MODEL: "fake:model"})
+    wait = attrs(
+        {
+            sc.WORKFLOW: "rulvar-orchestrate",
+            sc.EXPOSURE_SCOPE: "root",
+            sc.WILL_WAIT: False,
+            sc.GEN_AI_REQUEST_MODEL: "fake:model",
+        }
+    )
     assert data[sc.METRIC_EXPOSURE_WAITS] == {wait: 1}
     assert data[RUN] == {_run_key("rulvar-orchestrate", "exhausted", "partial"): 1}
-    failed_phase = attrs(_phase("fake:model", "orchestrate", **{sc.ERROR_TYPE: "_OTHER"}))
-    assert _hist(data[sc.GEN_AI_CLIENT_OPERATION_DURATION][failed_phase]) == (1, approx(0.001))
+    failed_phase = attrs(
+        _phase("rulvar-orchestrate", "fake:model", "orchestrate", **{sc.ERROR_TYPE: "_OTHER"})
+    )
+    assert _hist(data[sc.METRIC_INVOCATION_DURATION][failed_phase]) == (1, approx(0.001))
     share = attrs({sc.WORKFLOW: "rulvar-orchestrate", sc.SHARE_SOURCE: "cost_report"})
     assert _hist(data[sc.METRIC_ORCHESTRATOR_SHARE][share]) == (1, 0.0)
 
@@ -174,13 +251,27 @@ def test_error(setup: Any) -> None:
     data = _fold(setup, "error")
     base = {sc.AGENT_TYPE: "flaky", sc.ERROR_TYPE: "agent", sc.ERROR_CLASS: "error"}
     assert data[sc.METRIC_AGENT_ERRORS] == {
-        attrs({**base, sc.WILL_RETRY: True}): 1,
-        attrs({**base, sc.WILL_RETRY: False}): 1,
+        attrs({sc.WORKFLOW: "fragile", **base, sc.WILL_RETRY: True}): 1,
+        attrs({sc.WORKFLOW: "fragile", **base, sc.WILL_RETRY: False}): 1,
     }
     assert data[RUN] == {_run_key("fragile", "error"): 1}
     assert data[sc.METRIC_AGENT_INVOCATIONS] == {
-        attrs({sc.AGENT_TYPE: "unknown", sc.STATUS: "ok", sc.GEN_AI_REQUEST_MODEL: "fake:fake-model"}): 1,
-        attrs({sc.AGENT_TYPE: "flaky", sc.STATUS: "error", sc.GEN_AI_REQUEST_MODEL: "fake:fake-model"}): 1,
+        attrs(
+            {
+                sc.WORKFLOW: "fragile",
+                sc.AGENT_TYPE: "unknown",
+                sc.STATUS: "ok",
+                sc.GEN_AI_REQUEST_MODEL: "fake:fake-model",
+            }
+        ): 1,
+        attrs(
+            {
+                sc.WORKFLOW: "fragile",
+                sc.AGENT_TYPE: "flaky",
+                sc.STATUS: "error",
+                sc.GEN_AI_REQUEST_MODEL: "fake:fake-model",
+            }
+        ): 1,
     }
 
 
@@ -189,13 +280,21 @@ def test_orchestrate_share_from_the_cost_report(setup: Any) -> None:
     share = data[sc.METRIC_ORCHESTRATOR_SHARE]
     assert share.keys() == {attrs({sc.WORKFLOW: "rulvar-orchestrate", sc.SHARE_SOURCE: "cost_report"})}
     assert _hist(next(iter(share.values()))) == (1, approx(0.03))
-    assert data[sc.METRIC_SPAWNS_ADMITTED] == {attrs({sc.SPAWN_VERDICT: "admit", sc.AGENT_TYPE: "worker"}): 3}
+    assert data[sc.METRIC_SPAWNS_ADMITTED] == {
+        attrs({sc.WORKFLOW: "rulvar-orchestrate", sc.SPAWN_VERDICT: "admit", sc.AGENT_TYPE: "worker"}): 3
+    }
     assert _hist(data[sc.METRIC_LEDGER_OPS_PER_SPAWN][attrs({sc.WORKFLOW: "rulvar-orchestrate"})]) == (1, 0.0)
     assert _hist(data[sc.METRIC_WAKE_RENDER_SIZE][attrs({sc.WORKFLOW: "rulvar-orchestrate"})]) == (1, 744)
 
     def tool(name: str, decided_by: str = "default") -> Any:
         return attrs(
-            {sc.TOOL_NAME: name, sc.STATUS: "ok", sc.TOOL_GUARD: "none", sc.TOOL_DECIDED_BY: decided_by}
+            {
+                sc.WORKFLOW: "rulvar-orchestrate",
+                sc.TOOL_NAME: name,
+                sc.STATUS: "ok",
+                sc.TOOL_GUARD: "none",
+                sc.TOOL_DECIDED_BY: decided_by,
+            }
         )
 
     assert data[sc.METRIC_TOOL_CALLS] == {
@@ -204,20 +303,44 @@ def test_orchestrate_share_from_the_cost_report(setup: Any) -> None:
         tool("await_all"): 1,
         tool("finish", "none"): 1,
     }
-    tokens = data[sc.GEN_AI_CLIENT_TOKEN_USAGE]
-    assert _hist(tokens[attrs(_phase("fake:model", "loop", **{sc.GEN_AI_TOKEN_TYPE: "input"}))]) == (3, 120)
-    assert _hist(tokens[attrs(_phase("fake:model", "loop", **{sc.GEN_AI_TOKEN_TYPE: "output"}))]) == (3, 36)
-    assert _hist(tokens[attrs(_phase("fake:model", "orchestrate", **{sc.GEN_AI_TOKEN_TYPE: "input"}))]) == (
+    tokens = data[sc.METRIC_INVOCATION_TOKEN_USAGE]
+    assert _hist(
+        tokens[attrs(_phase("rulvar-orchestrate", "fake:model", "loop", **{sc.GEN_AI_TOKEN_TYPE: "input"}))]
+    ) == (3, 120)
+    assert _hist(
+        tokens[attrs(_phase("rulvar-orchestrate", "fake:model", "loop", **{sc.GEN_AI_TOKEN_TYPE: "output"}))]
+    ) == (3, 36)
+    assert _hist(
+        tokens[
+            attrs(
+                _phase("rulvar-orchestrate", "fake:model", "orchestrate", **{sc.GEN_AI_TOKEN_TYPE: "input"})
+            )
+        ]
+    ) == (
         1,
         50,
     )
     assert data[sc.METRIC_SPEND] == {
-        attrs(_phase("fake:model", "loop")): approx(0.00048),
-        attrs(_phase("fake:model", "orchestrate")): approx(0.0003),
+        attrs(_phase("rulvar-orchestrate", "fake:model", "loop")): approx(0.00048),
+        attrs(_phase("rulvar-orchestrate", "fake:model", "orchestrate")): approx(0.0003),
     }
     assert data[sc.METRIC_AGENT_INVOCATIONS] == {
-        attrs({sc.AGENT_TYPE: "worker", sc.STATUS: "ok", sc.GEN_AI_REQUEST_MODEL: "fake:model"}): 3,
-        attrs({sc.AGENT_TYPE: "unknown", sc.STATUS: "ok", sc.GEN_AI_REQUEST_MODEL: "fake:model"}): 1,
+        attrs(
+            {
+                sc.WORKFLOW: "rulvar-orchestrate",
+                sc.AGENT_TYPE: "worker",
+                sc.STATUS: "ok",
+                sc.GEN_AI_REQUEST_MODEL: "fake:model",
+            }
+        ): 3,
+        attrs(
+            {
+                sc.WORKFLOW: "rulvar-orchestrate",
+                sc.AGENT_TYPE: "unknown",
+                sc.STATUS: "ok",
+                sc.GEN_AI_REQUEST_MODEL: "fake:model",
+            }
+        ): 1,
     }
 
 
@@ -237,7 +360,13 @@ def test_tools_by_outcome_guard_and_decider(setup: Any) -> None:
 
     def tool(name: str, outcome: str, guard: str, decided_by: str) -> Any:
         return attrs(
-            {sc.TOOL_NAME: name, sc.STATUS: outcome, sc.TOOL_GUARD: guard, sc.TOOL_DECIDED_BY: decided_by}
+            {
+                sc.WORKFLOW: "tooling",
+                sc.TOOL_NAME: name,
+                sc.STATUS: outcome,
+                sc.TOOL_GUARD: guard,
+                sc.TOOL_DECIDED_BY: decided_by,
+            }
         )
 
     assert data[sc.METRIC_TOOL_CALLS] == {
@@ -255,8 +384,8 @@ def test_replayed_history_never_counts_twice(setup: Any) -> None:
     data = _fold(setup, "suspension-dryrun")
     # Every agent, phase and tool event of the dry run is replayed: only the terminal counts.
     for absent in (
-        sc.GEN_AI_CLIENT_TOKEN_USAGE,
-        sc.GEN_AI_CLIENT_OPERATION_DURATION,
+        sc.METRIC_INVOCATION_TOKEN_USAGE,
+        sc.METRIC_INVOCATION_DURATION,
         sc.METRIC_AGENT_INVOCATIONS,
         sc.METRIC_TOOL_CALLS,
         sc.METRIC_SPEND,
@@ -275,7 +404,7 @@ def test_replayed_phase_durations_never_enter_histograms(setup: Any) -> None:
                 event["durationMs"] = 0
     feed(meter, stream, outcome("minimal"))
     data = points(reader)
-    assert sc.GEN_AI_CLIENT_OPERATION_DURATION not in data and sc.METRIC_AGENT_DURATION not in data
+    assert sc.METRIC_INVOCATION_DURATION not in data and sc.METRIC_AGENT_DURATION not in data
 
 
 def test_unsettled_terminal(setup: Any) -> None:
@@ -283,11 +412,32 @@ def test_unsettled_terminal(setup: Any) -> None:
     assert data[RUN] == {_run_key("demo", "ok", settled=False): 1}
 
 
+def test_a_superseded_terminal_keeps_its_reason_and_any_other_reason_is_bounded(setup: Any) -> None:
+    meter, reader = setup
+    for run_id, reason in (("syn-sup", "superseded"), ("syn-odd", "a long free-text reason")):
+        end = {"type": "run:end", "status": "ok", "totalUsd": 0, "settled": False, "settledReason": reason}
+        start = {"type": "run:start", "workflow": "w", "resumed": True}
+        feed(meter, build_stream(run_id, [(0.0, "s0", start), (1.0, "s0", end)]))
+    assert points(reader)[RUN] == {
+        _run_key("w", "ok", settled=False, reason="superseded"): 1,
+        _run_key("w", "ok", settled=False, reason="other"): 1,
+    }
+
+
 def test_determinism(setup: Any) -> None:
     data = _fold(setup, "determinism")
+    wf = "nondeterministic"
     assert data[sc.METRIC_DETERMINISM_WARNINGS] == {
-        attrs({sc.DETERMINISM_CATEGORY: "bare-date-now", sc.DETERMINISM_PROVENANCE: "workflow"}): 1,
-        attrs({sc.DETERMINISM_CATEGORY: "bare-math-random", sc.DETERMINISM_PROVENANCE: "workflow"}): 1,
+        attrs(
+            {sc.WORKFLOW: wf, sc.DETERMINISM_CATEGORY: "bare-date-now", sc.DETERMINISM_PROVENANCE: "workflow"}
+        ): 1,
+        attrs(
+            {
+                sc.WORKFLOW: wf,
+                sc.DETERMINISM_CATEGORY: "bare-math-random",
+                sc.DETERMINISM_PROVENANCE: "workflow",
+            }
+        ): 1,
     }
 
 
@@ -310,8 +460,10 @@ def test_adaptive_stream_without_an_outcome(setup: Any) -> None:
         attrs({sc.WORKFLOW: "planner", sc.LEDGER_OP: "fact_add"}): 3,
     }
     assert data[sc.METRIC_ESCALATIONS] == {
-        attrs({sc.AGENT_TYPE: "researcher", sc.ESCALATION_KIND: "scope_bigger"}): 1,
-        attrs({sc.AGENT_TYPE: "unknown", sc.ESCALATION_KIND: "blocked_with_evidence"}): 1,
+        attrs({sc.WORKFLOW: "planner", sc.AGENT_TYPE: "researcher", sc.ESCALATION_KIND: "scope_bigger"}): 1,
+        attrs(
+            {sc.WORKFLOW: "planner", sc.AGENT_TYPE: "unknown", sc.ESCALATION_KIND: "blocked_with_evidence"}
+        ): 1,
     }
     assert _hist(data[sc.METRIC_WAKE_RENDER_SIZE][planner]) == (1, 3000)
     budget_share = attrs({sc.WORKFLOW: "planner", sc.SHARE_SOURCE: "orchestrator_budget"})
@@ -320,29 +472,44 @@ def test_adaptive_stream_without_an_outcome(setup: Any) -> None:
     assert data[sc.METRIC_RECLAIMED_COST] == {planner: approx(0.25)}
     assert data[sc.METRIC_NET_LOST_COST] == {planner: approx(0.25)}
     assert data[sc.METRIC_SPAWNS_ADMITTED] == {
-        attrs({sc.SPAWN_VERDICT: "admit", sc.AGENT_TYPE: "researcher"}): 1,
-        attrs({sc.SPAWN_VERDICT: "reuse_full", sc.AGENT_TYPE: "writer"}): 1,
+        attrs({sc.WORKFLOW: "planner", sc.SPAWN_VERDICT: "admit", sc.AGENT_TYPE: "researcher"}): 1,
+        attrs({sc.WORKFLOW: "planner", sc.SPAWN_VERDICT: "reuse_full", sc.AGENT_TYPE: "writer"}): 1,
     }
     assert data[sc.METRIC_SPAWNS_REJECTED] == {
-        attrs({sc.SPAWN_CODE: "budget_exhausted", sc.AGENT_TYPE: "researcher"}): 1
+        attrs({sc.WORKFLOW: "planner", sc.SPAWN_CODE: "budget_exhausted", sc.AGENT_TYPE: "researcher"}): 1
     }
     small = {sc.GEN_AI_REQUEST_MODEL: "acme:small", sc.GEN_AI_PROVIDER_NAME: "acme"}
     assert data[sc.METRIC_QUOTA_DENIALS] == {
-        attrs({**small, sc.QUOTA_DIMENSION: "requests"}): 2,
-        attrs({**small, sc.QUOTA_DIMENSION: "tokens"}): 1,
+        attrs({sc.WORKFLOW: "planner", **small, sc.QUOTA_DIMENSION: "requests"}): 2,
+        attrs({sc.WORKFLOW: "planner", **small, sc.QUOTA_DIMENSION: "tokens"}): 1,
     }
 
     def err(agent: str, code: str, retry: bool, cls: str) -> Any:
-        return attrs({sc.AGENT_TYPE: agent, sc.ERROR_TYPE: code, sc.WILL_RETRY: retry, sc.ERROR_CLASS: cls})
+        return attrs(
+            {
+                sc.WORKFLOW: "planner",
+                sc.AGENT_TYPE: agent,
+                sc.ERROR_TYPE: code,
+                sc.WILL_RETRY: retry,
+                sc.ERROR_CLASS: cls,
+            }
+        )
 
     assert data[sc.METRIC_AGENT_ERRORS] == {
-        err("researcher", "agent", False, "quota_exhausted"): 1,
+        err("researcher", "quota_exhausted", False, "quota_exhausted"): 1,
         err("writer", "quota", True, "quota_throttle"): 1,
         err("writer", "agent", True, "error"): 1,
         err("writer", "agent", False, "error"): 1,
     }
     assert data[sc.METRIC_EXPOSURE_WAITS] == {
-        attrs({sc.EXPOSURE_SCOPE: "child", sc.WILL_WAIT: True, sc.GEN_AI_REQUEST_MODEL: "acme:big"}): 1
+        attrs(
+            {
+                sc.WORKFLOW: "planner",
+                sc.EXPOSURE_SCOPE: "child",
+                sc.WILL_WAIT: True,
+                sc.GEN_AI_REQUEST_MODEL: "acme:big",
+            }
+        ): 1
     }
     assert data[RUN] == {_run_key("planner", "ok", "partial"): 1}
     assert _hist(data[sc.METRIC_RUN_DURATION][attrs({sc.WORKFLOW: "planner", sc.STATUS: "ok"})]) == (
@@ -351,18 +518,27 @@ def test_adaptive_stream_without_an_outcome(setup: Any) -> None:
     )
 
     def agent(kind: str, status: str, model: str) -> Any:
-        return attrs({sc.AGENT_TYPE: kind, sc.STATUS: status, sc.GEN_AI_REQUEST_MODEL: model})
+        return attrs(
+            {sc.WORKFLOW: "planner", sc.AGENT_TYPE: kind, sc.STATUS: status, sc.GEN_AI_REQUEST_MODEL: model}
+        )
 
     durations = data[sc.METRIC_AGENT_DURATION]
     assert _hist(durations[agent("researcher", "error", "acme:small")]) == (1, approx(1.5))
     assert _hist(durations[agent("writer", "ok", "acme:small")]) == (1, approx(3.0))
     assert _hist(durations[agent("unknown", "ok", "acme:big")]) == (1, approx(8.9))
-    op = data[sc.GEN_AI_CLIENT_OPERATION_DURATION]
-    assert _hist(op[attrs(_phase("acme:small", "loop", **{sc.ERROR_TYPE: "_OTHER"}))]) == (1, approx(1.5))
-    assert _hist(op[attrs(_phase("acme:small", "loop"))]) == (1, approx(2.5))
-    tokens = data[sc.GEN_AI_CLIENT_TOKEN_USAGE]
-    assert _hist(tokens[attrs(_phase("acme:small", "loop", **{sc.GEN_AI_TOKEN_TYPE: "input"}))]) == (2, 100)
-    assert _hist(tokens[attrs(_phase("acme:big", "orchestrate", **{sc.GEN_AI_TOKEN_TYPE: "output"}))]) == (
+    op = data[sc.METRIC_INVOCATION_DURATION]
+    assert _hist(op[attrs(_phase("planner", "acme:small", "loop", **{sc.ERROR_TYPE: "_OTHER"}))]) == (
+        1,
+        approx(1.5),
+    )
+    assert _hist(op[attrs(_phase("planner", "acme:small", "loop"))]) == (1, approx(2.5))
+    tokens = data[sc.METRIC_INVOCATION_TOKEN_USAGE]
+    assert _hist(
+        tokens[attrs(_phase("planner", "acme:small", "loop", **{sc.GEN_AI_TOKEN_TYPE: "input"}))]
+    ) == (2, 100)
+    assert _hist(
+        tokens[attrs(_phase("planner", "acme:big", "orchestrate", **{sc.GEN_AI_TOKEN_TYPE: "output"}))]
+    ) == (
         1,
         120,
     )
@@ -386,10 +562,12 @@ def test_runs_accumulate_across_recorders(setup: Any) -> None:
     data = points(reader)
     assert data[RUN][_run_key("throttled", "ok")] == 2
     assert data[RUN][_run_key("solo", "ok", settled=False)] == 1
-    denial = attrs(
-        {sc.GEN_AI_REQUEST_MODEL: "fake:model", sc.GEN_AI_PROVIDER_NAME: "fake", sc.QUOTA_DIMENSION: "tokens"}
-    )
-    assert data[sc.METRIC_QUOTA_DENIALS][denial] == 4
+    denial = {
+        sc.GEN_AI_REQUEST_MODEL: "fake:model",
+        sc.GEN_AI_PROVIDER_NAME: "fake",
+        sc.QUOTA_DIMENSION: "tokens",
+    }
+    assert data[sc.METRIC_QUOTA_DENIALS][attrs({sc.WORKFLOW: "throttled", **denial})] == 4
 
 
 # --- masking and cardinality ------------------------------------------------------------------

@@ -25,7 +25,7 @@ from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel.metrics import COLLECT_HOOK_NAME, REGISTRY, MetricsRecorder
 from rulvar_otel.otel.metrics.registry import FINISH, FoldState, InstrumentKind
 from tests._fixtures import events, outcome, stream_names
-from tests.test_metrics_streams import adaptive_outcome, adaptive_stream
+from tests._metric_streams import adaptive_outcome, adaptive_stream
 
 Points = dict[str, dict[frozenset[tuple[str, Any]], Any]]
 
@@ -237,7 +237,7 @@ def test_collections_on_another_thread_while_recording(sdk: Any) -> None:
     data = _points(reader)
     assert sum(data[sc.METRIC_TOOL_CALLS].values()) == 5000
     assert sum(p[0] for p in data[sc.METRIC_TOOL_DURATION].values()) == 5000
-    assert sum(p[0] for p in data[sc.GEN_AI_CLIENT_TOKEN_USAGE].values()) == 4000
+    assert sum(p[0] for p in data[sc.METRIC_INVOCATION_TOKEN_USAGE].values()) == 4000
 
 
 def test_recorders_on_one_meter_share_one_hook_and_stay_independent(sdk: Any) -> None:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import re
 import socket
+import threading
+import time
 from typing import Any
 
 import httpx
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -18,7 +22,7 @@ from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel.exporter import export_events
 from rulvar_otel.otel.metrics import MetricsSetup, build_meter_provider
 from tests._fixtures import events, outcome
-from tests.test_metrics_streams import adaptive_outcome, adaptive_stream, feed, points
+from tests._metric_streams import adaptive_outcome, adaptive_stream, feed, points
 
 
 @pytest.mark.parametrize(
@@ -32,6 +36,9 @@ from tests.test_metrics_streams import adaptive_outcome, adaptive_stream, feed, 
         (MetricsSetup(otlp_endpoint="http://c:4317", timeout_s=600), "timeout"),
         (MetricsSetup(otlp_endpoint="http://c:4317", export_interval_s=0), "interval"),
         (MetricsSetup(prometheus_port=70000), "port"),
+        (MetricsSetup(prometheus_port=0, prometheus_host=" "), "host"),
+        (MetricsSetup(prometheus_port=0, prometheus_linger_s=-1), "linger"),
+        (MetricsSetup(prometheus_port=0, prometheus_linger_s=1e9), "linger"),
         (MetricsSetup(otlp_endpoint="http://c:4317", headers={"x": 1}), "headers"),  # type: ignore[dict-item]
     ],
 )
@@ -51,6 +58,61 @@ def test_prometheus_endpoint_serves_the_recorded_metrics_and_stops() -> None:
         assert "rulvar_runs_settled_total{" in text and 'rulvar_workflow="throttled"' in text
     finally:
         pipeline.shutdown()
+    with pytest.raises(httpx.TransportError):
+        httpx.get(url, timeout=2)
+
+
+def test_the_endpoint_lingers_with_the_final_values_after_the_export_then_closes() -> None:
+    # A one-shot export: every event is folded before shutdown; the linger is what lets a
+    # scraper see the final values at all.
+    pipeline = build_meter_provider(
+        MetricsSetup(prometheus_port=0, prometheus_host="0.0.0.0", prometheus_linger_s=1.5)
+    )
+    assert pipeline.prometheus_url == f"http://0.0.0.0:{pipeline.prometheus_port}/metrics"
+    url = f"http://127.0.0.1:{pipeline.prometheus_port}/metrics"
+    feed(pipeline.meter, events("quota"), outcome("quota"))
+    done = threading.Event()
+    closer = threading.Thread(target=lambda: (pipeline.shutdown(), done.set()))
+    closer.start()
+    try:
+        time.sleep(0.3)
+        assert not done.is_set(), "shutdown returned before the linger"
+        text = httpx.get(url, timeout=5).text
+        assert "rulvar_runs_settled_total{" in text and 'rulvar_workflow="throttled"' in text
+        assert pipeline.prometheus_scrapes >= 1
+    finally:
+        closer.join(timeout=10)
+    assert done.is_set()
+    with pytest.raises(httpx.TransportError):
+        httpx.get(url, timeout=2)
+
+
+@pytest.mark.parametrize("given", [{"service.instance.id": "host-7"}, {}])
+def test_every_series_on_the_endpoint_carries_the_service_instance_id(given: dict[str, str]) -> None:
+    # Each export process is its own instance (the SDK's per-process id, or a fresh one when the
+    # caller's resource has none), so one-shot exports of the same workflow never merge into one
+    # series that seems never to move; the live Prometheus test counts them.
+    pipeline = build_meter_provider(
+        MetricsSetup(prometheus_port=0), resource=Resource({"service.name": "x", **given})
+    )
+    try:
+        feed(pipeline.meter, events("quota"), outcome("quota"))
+        text = httpx.get(pipeline.prometheus_url or "", timeout=5).text
+    finally:
+        pipeline.shutdown()
+    found = set(re.findall(r'rulvar_runs_settled_total\{[^}]*service_instance_id="([^"]+)"', text))
+    assert len(found) == 1
+    if given:
+        assert found == {"host-7"}
+    else:
+        assert len(next(iter(found))) == 36  # a UUID
+
+
+def test_without_a_linger_shutdown_closes_the_endpoint_at_once() -> None:
+    pipeline = build_meter_provider(MetricsSetup(prometheus_port=0))
+    assert pipeline.linger_s == 0 and pipeline.prometheus_scrapes == 0
+    url = f"http://127.0.0.1:{pipeline.prometheus_port}/metrics"
+    pipeline.shutdown()
     with pytest.raises(httpx.TransportError):
         httpx.get(url, timeout=2)
 

@@ -4,7 +4,9 @@ The venv lives outside the repo (``$RULVAR_OTEL_PHOENIX_VENV``, default
 ``~/.cache/rulvar-otel/phoenix-venv``) and is reused when present, so only the first run pays for
 the install (about a minute). Phoenix runs on 127.0.0.1 with free ports and a temporary working
 directory; the ``tools``, ``nested`` and ``orchestrate`` runs go to it over OTLP gRPC and OTLP
-HTTP, and the spans are read back through Phoenix's REST API.
+HTTP, and the spans are read back through Phoenix's REST and GraphQL APIs: the trees, the span
+kinds Phoenix shows, the token totals it computes, and how failed tools look
+(docs/otel-mapping.md#genai-semantic-conventions).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from rulvar_otel.otel import export_events
+from rulvar_otel.otel import semconv as sc
 from tests._fixtures import events, outcome
 
 PHOENIX_REQUIREMENT = "arize-phoenix==20.26.1"
@@ -82,6 +85,31 @@ class Phoenix:
         response.raise_for_status()
         data: list[dict[str, Any]] = response.json()["data"]
         return data
+
+    def graphql(self, query: str, **variables: Any) -> dict[str, Any]:
+        response = httpx.post(
+            f"{self.http}/graphql", json={"query": query, "variables": variables}, timeout=10
+        )
+        response.raise_for_status()
+        body: dict[str, Any] = response.json()
+        assert not body.get("errors"), body["errors"]
+        data: dict[str, Any] = body["data"]
+        return data
+
+    def project_id(self, name: str) -> str:
+        data = self.graphql("query { projects(first: 1000) { edges { node { id name } } } }")
+        (found,) = [e["node"]["id"] for e in data["projects"]["edges"] if e["node"]["name"] == name]
+        return str(found)
+
+    def wait_for(self, project: str, count: int) -> list[dict[str, Any]]:
+        """The project's spans once ``count`` have been ingested (ingestion is asynchronous)."""
+        deadline = time.monotonic() + INGEST_TIMEOUT_S
+        spans = self.spans(project)
+        while len(spans) < count and time.monotonic() < deadline:
+            time.sleep(0.5)
+            spans = self.spans(project)
+        assert len(spans) == count
+        return spans
 
 
 @pytest.fixture(scope="module")
@@ -170,3 +198,120 @@ def test_phoenix_serves_one_correct_trace_per_run(phoenix: Phoenix, protocol: st
     assert served == expected
     run_id = events(scenario)[0]["runId"]
     assert all(s["attributes"].get("rulvar.run_id") == run_id for s in spans)
+
+
+# --- what Phoenix shows: kinds, tokens, errors (docs/otel-mapping.md#genai-semantic-conventions) ---
+
+EXPECTED_KIND = {
+    "run": "CHAIN",
+    "phase": "CHAIN",
+    "workflow": "CHAIN",
+    "agent": "AGENT",
+    "invocation": "LLM",
+    "tool": "TOOL",
+}
+
+
+def _send(phoenix: Phoenix, scenario: str, project: str, **options: Any) -> int:
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": "rulvar", sc.OPENINFERENCE_PROJECT_NAME: project})
+    )
+    provider.add_span_processor(
+        BatchSpanProcessor(HttpExporter(endpoint=f"{phoenix.http}/v1/traces", timeout=10))
+    )
+    tracer = provider.get_tracer(
+        sc.INSTRUMENTATION_SCOPE, sc.INSTRUMENTATION_VERSION, schema_url=sc.SCHEMA_URL
+    )
+    sent = export_events(events(scenario), tracer, outcome=outcome(scenario), **options)
+    assert provider.force_flush(30_000)
+    provider.shutdown()
+    return sent
+
+
+@pytest.fixture(scope="module")
+def shown(phoenix: Phoenix) -> dict[str, list[dict[str, Any]]]:
+    """The spans Phoenix serves for each scenario, sent once with the default conventions."""
+    out = {}
+    for scenario in ("tools", "nested", "orchestrate"):
+        project = f"rulvar-shown-{scenario}"
+        out[scenario] = phoenix.wait_for(project, _send(phoenix, scenario, project))
+    return out
+
+
+@pytest.mark.parametrize("scenario", ["tools", "nested", "orchestrate"])
+def test_phoenix_shows_every_span_with_its_kind(
+    shown: dict[str, list[dict[str, Any]]], scenario: str
+) -> None:
+    spans = shown[scenario]
+    kinds: Counter[str] = Counter()
+    for span in spans:
+        expected = EXPECTED_KIND[span["name"].split(" ", 1)[0]]
+        assert span["span_kind"] == expected, span["name"]
+        kinds[expected] += 1
+    assert "UNKNOWN" not in kinds
+    assert {"CHAIN", "AGENT", "LLM"} <= set(kinds)
+    if scenario == "tools":
+        assert kinds["TOOL"] == 8
+
+
+@pytest.mark.parametrize("scenario", ["tools", "nested", "orchestrate"])
+def test_phoenix_trace_token_total_is_the_invocations_tokens_counted_once(
+    phoenix: Phoenix, shown: dict[str, list[dict[str, Any]]], scenario: str
+) -> None:
+    spans = shown[scenario]
+    invocations = [s for s in spans if s["name"].startswith("invocation ")]
+    assert invocations
+    expected = sum(
+        int(s["attributes"][sc.GEN_AI_USAGE_INPUT_TOKENS])
+        + int(s["attributes"][sc.GEN_AI_USAGE_OUTPUT_TOKENS])
+        for s in invocations
+    )
+    envelope = next(e for e in reversed(events(scenario)) if e["type"] == "run:end")["envelope"]["usage"]
+    assert expected == envelope["inputTokens"] + envelope["outputTokens"] > 0  # the run's own total
+    (trace_id,) = {s["context"]["trace_id"] for s in spans}
+    data = phoenix.graphql(
+        """query ($id: ID!, $trace: ID!) { node(id: $id) { ... on Project {
+             trace(traceId: $trace) { rootSpan { name cumulativeTokenCountTotal } }
+        } } }""",
+        id=phoenix.project_id(f"rulvar-shown-{scenario}"),
+        trace=trace_id,
+    )
+    root = data["node"]["trace"]["rootSpan"]
+    assert root["name"].startswith("run ")
+    assert root["cumulativeTokenCountTotal"] == expected  # what Phoenix shows as the trace's tokens
+    # gen_ai.conversation.id is what Phoenix groups a run's spans into a session by.
+    run_id = events(scenario)[0]["runId"]
+    for span in spans:
+        if span["name"].startswith(("run ", "agent ")):
+            assert span["attributes"]["session.id"] == run_id, span["name"]
+
+
+def test_phoenix_shows_failed_tools_as_errors_with_their_error_type(
+    shown: dict[str, list[dict[str, Any]]],
+) -> None:
+    tool_ends = [e for e in events("tools") if e["type"] == "tool:end"]
+    failed = Counter(e["outcome"] for e in tool_ends if e["outcome"] != "ok")
+    assert failed == {"denied": 3, "error": 1}
+    tools = [s for s in shown["tools"] if s["name"].startswith("tool ")]
+    shown_failed = [s for s in tools if s["status_code"] == "ERROR"]
+    assert Counter(s["status_message"] for s in shown_failed) == failed
+    for span in shown_failed:
+        assert span["attributes"][sc.ERROR_TYPE], span["name"]
+        assert span["attributes"][sc.GEN_AI_OPERATION_NAME] == "execute_tool"
+    assert all(
+        s["status_code"] == "OK" and sc.ERROR_TYPE not in s["attributes"]
+        for s in tools
+        if s not in shown_failed
+    )
+
+
+def test_without_openinference_phoenix_still_types_genai_spans_from_the_operation(phoenix: Phoenix) -> None:
+    project = "rulvar-no-openinference"
+    spans = phoenix.wait_for(project, _send(phoenix, "tools", project, conventions=()))
+    assert not any(sc.OPENINFERENCE_SPAN_KIND in s["attributes"] for s in spans)
+    for span in spans:
+        prefix = span["name"].split(" ", 1)[0]
+        # Phoenix derives AGENT/LLM/TOOL from gen_ai.operation.name; run and phase spans carry none.
+        assert span["span_kind"] == (
+            EXPECTED_KIND[prefix] if prefix in ("agent", "invocation", "tool") else "UNKNOWN"
+        )

@@ -128,7 +128,7 @@ def test_state_degrades_a_malformed_row_instead_of_raising() -> None:
     state.apply({"type": "agent:phase:end", "spanId": "b", "invocation": "one", "durationMs": None})
     state.apply({"type": "budget:update", "spentUsd": float("nan")})
     row = state.agents["a"]
-    assert row.name == "agent" and row.model is None and row.status == "unknown"
+    assert row.name == "(anon)" and row.model is None and row.status == "unknown"
     assert row.cost_usd is None and row.input_tokens is None
     render_tree(state)  # renders without raising
 
@@ -284,3 +284,51 @@ def test_no_color_keeps_the_tree_plain() -> None:
     text = out.getvalue()
     assert "side-a" in text and "researcher" in text
     assert "\x1b[3" not in text  # no foreground colour codes
+
+
+def test_live_tree_puts_branch_agents_under_their_phase_in_a_real_terminal() -> None:
+    # tools: side-a and side-b are parented to branch spans that never open (s13, s14); they
+    # belong under [fanout], the phase open when they started, not at the bottom of the tree.
+    screen, _ = _run_in_pty("tools", "unused")
+    shown = [line.rstrip() for line in screen.display if line.strip()]
+    tree = shown[
+        : next(i for i, line in enumerate(shown) if line.startswith("run 01M8MAV4BED0WYQSX6F3JK1TK5"))
+    ]
+    fanout = next(i for i, line in enumerate(tree) if line.strip() == "[fanout]")
+    below = tree[fanout + 1 :]
+    indent = len(tree[fanout]) - len(tree[fanout].lstrip())
+    assert [line.split()[1] for line in below] == ["side-a", "side-b"], tree
+    assert all(len(line) - len(line.lstrip()) > indent for line in below)
+    research = next(i for i, line in enumerate(tree) if line.strip() == "[research]")
+    assert "researcher" in tree[research + 1] and research < fanout
+
+
+def test_lines_name_an_agent_without_type_or_label_anon() -> None:
+    lines = list(render_progress(events("orchestrate")))
+    assert "agent (anon) started fake:model orchestrate" in lines
+    assert not any(line.startswith("agent agent ") for line in lines)
+
+
+def test_a_huge_label_is_cut_in_every_progress_output() -> None:
+    from rich.console import Console
+
+    from rulvar_otel.cli._progress import MAX_LINE_CHARS
+
+    evs = events("minimal")
+    for event in evs:
+        if event["type"].startswith("agent:"):
+            event["label"] = "L" * 1_000_000
+    out = io.StringIO()
+    view = open_progress("lines", stream=out)
+    for event in evs:
+        view.feed(event)
+    view.close(None)
+    lines = out.getvalue().splitlines()
+    assert any("LLLL" in line for line in lines)
+    assert max(len(line) for line in lines) <= MAX_LINE_CHARS
+    state = ProgressState()
+    for event in evs:
+        state.apply(event)
+    tree = io.StringIO()
+    Console(file=tree, width=10_000).print(render_tree(state))
+    assert "LLLL" in tree.getvalue() and max(map(len, tree.getvalue().splitlines())) <= MAX_LINE_CHARS

@@ -1,9 +1,11 @@
-"""End to end against a real Prometheus and Alertmanager on 127.0.0.1.
+"""End to end against a real Prometheus and Alertmanager on 127.0.0.1, fed the way users feed it.
 
-The recorder feeds an in-process OTel Prometheus exporter over several streams (twice, so every
-counter has an increase); a real Prometheus scrapes it every second with the generated alert
-rules loaded. Then every panel query of every dashboard runs through the HTTP API and must return
-data, and the exposure-drained alert must reach a webhook through a real Alertmanager.
+One `rulvar-otel export STREAM --prometheus-port N --prometheus-linger S` process per stream, one
+after the other on the same port, as a user exports recorded runs: each process serves every
+counter once, at its final value, for a couple of scrapes and exits. A real Prometheus (1 s
+scrape and rule evaluation, the generated alert rules loaded) scrapes it. Then every panel query
+of every Rulvar dashboard must show a non-zero value, the event alerts must fire, and the
+exposure-drained alert must reach a webhook through a real Alertmanager.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,13 +29,13 @@ import httpx
 import pytest
 import yaml
 
-from rulvar_otel.otel.metrics import REGISTRY, MetricsPipeline, MetricsSetup, build_meter_provider
-from tests._fixtures import events, outcome
+from rulvar_otel.otel.metrics import REGISTRY
+from tests._fixtures import STREAMS
+from tests._metric_streams import adaptive_outcome, adaptive_stream, build_stream, unsettled_quota_stream
 from tests.test_alerts import ALERTS, require_tool
-from tests.test_dashboards import dashboards, panel_queries
-from tests.test_metrics_streams import adaptive_outcome, adaptive_stream, feed, unsettled_quota_stream
+from tests.test_dashboards import dashboards, generator_module, panel_queries, runnable
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(300)
 
 FIXTURE_STREAMS = (
     "minimal",
@@ -47,8 +50,15 @@ FIXTURE_STREAMS = (
     "phases",
     "nested",
 )
-# Grafana's template variables, as the dashboards would resolve them with "All" selected.
-SUBSTITUTIONS = {"$workflow": ".*", "$model": ".*", "$__rate_interval": "1m", "$__range": "5m"}
+# Two scrapes at the 1 s interval below, with a margin: what the docs tell users (the scrape
+# interval plus a margin) scaled to this Prometheus.
+LINGER_S = 2.5
+# The panels' window (rate interval and range): it covers the whole feeding (a minute or so) and
+# reaches back to before Prometheus started.
+WINDOW = "10m"
+# Panels a CLI export cannot fill: the collector derives these series from spans (the collector
+# tests feed them through a real collector).
+NOT_FROM_THE_CLI = {"rulvar-spans"}
 
 
 def _free_port() -> int:
@@ -111,9 +121,9 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 @dataclass
 class Stack:
     prometheus: str
-    exporter_port: int
     hook: Webhook
     logs: Path
+    exports: list[tuple[str, int, str]]  # (stream, exit code, output)
 
     def query(self, expr: str) -> list[dict[str, Any]]:
         response = httpx.get(f"{self.prometheus}/api/v1/query", params={"query": expr}, timeout=5)
@@ -122,13 +132,58 @@ class Stack:
         return body["data"]["result"]  # type: ignore[no-any-return]
 
 
-def _feed_all(pipeline: MetricsPipeline) -> None:
-    meter = pipeline.meter
+def _write_stream(path: Path, events: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(event) + "\n" for event in events), encoding="utf-8")
+    return path
+
+
+def _superseded_stream() -> list[dict[str, Any]]:
+    """A stale terminal a successor superseded: settled=false with the reason."""
+    end = {"type": "run:end", "status": "ok", "totalUsd": 0, "settled": False, "settledReason": "superseded"}
+    return build_stream(
+        "syn-superseded-1", [(0.0, "s0", {"type": "run:start", "workflow": "raced"}), (1.0, "s0", end)]
+    )
+
+
+def _streams(tmp: Path) -> list[tuple[str, Path, Path | None]]:
+    """(name, stream file, outcome file or None) for every export the test runs."""
+    out: list[tuple[str, Path, Path | None]] = []
     for name in FIXTURE_STREAMS:
-        result = outcome(name)
-        feed(meter, events(name), result)
-    feed(meter, adaptive_stream(), adaptive_outcome())
-    feed(meter, unsettled_quota_stream(), None)
+        result = STREAMS / f"{name}.outcome.json"
+        out.append((name, STREAMS / f"{name}.jsonl", result if result.exists() else None))
+    adaptive_result = tmp / "adaptive.outcome.json"
+    adaptive_result.write_text(
+        json.dumps({"settled": "resolved", "outcome": adaptive_outcome().model_dump(mode="json")}),
+        encoding="utf-8",
+    )
+    out.append(("adaptive", _write_stream(tmp / "adaptive.jsonl", adaptive_stream()), adaptive_result))
+    out.append(
+        ("unsettled-quota", _write_stream(tmp / "unsettled-quota.jsonl", unsettled_quota_stream()), None)
+    )
+    out.append(("superseded", _write_stream(tmp / "superseded.jsonl", _superseded_stream()), None))
+    return out
+
+
+def _cli() -> str:
+    """The installed `rulvar-otel` command of this interpreter's environment."""
+    beside = Path(sys.executable).with_name("rulvar-otel")
+    found = str(beside) if beside.exists() else shutil.which("rulvar-otel")
+    if found is None:
+        pytest.fail("the rulvar-otel command is not installed: pip install -e '.[dev]'")
+    return found
+
+
+def _export(tmp: Path, name: str, stream: Path, result: Path | None, port: int) -> tuple[str, int, str]:
+    """One `rulvar-otel export` process, as a user runs it; returns (name, exit code, output)."""
+    args = [
+        _cli(), "export", str(stream),
+        "--out", str(tmp / f"{name}.trace.json"), "--no-tree",
+        "--prometheus-port", str(port), "--prometheus-linger", str(LINGER_S),
+    ]  # fmt: skip
+    if result is not None:
+        args += ["--outcome", str(result)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    return name, done.returncode, done.stdout + done.stderr
 
 
 @pytest.fixture(scope="module")
@@ -137,9 +192,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     alertmanager_bin = require_tool("alertmanager", "prometheus-alertmanager")
     tmp = tmp_path_factory.mktemp("prometheus-live")
     hook, hook_server = _start_webhook()
-    pipeline = build_meter_provider(MetricsSetup(prometheus_port=0, timeout_s=5))
-    assert pipeline.prometheus_port is not None
-    prom_port, am_port = _free_port(), _free_port()
+    export_port, prom_port, am_port = _free_port(), _free_port(), _free_port()
     (tmp / "alertmanager.yml").write_text(
         yaml.safe_dump(
             {
@@ -170,10 +223,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 "rule_files": ["alerts.yml"],
                 "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
                 "scrape_configs": [
-                    {
-                        "job_name": "rulvar",
-                        "static_configs": [{"targets": [f"127.0.0.1:{pipeline.prometheus_port}"]}],
-                    }
+                    {"job_name": "rulvar-otel", "static_configs": [{"targets": [f"127.0.0.1:{export_port}"]}]}
                 ],
             }
         ),
@@ -212,48 +262,67 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             "Alertmanager ready",
             lambda: httpx.get(f"http://127.0.0.1:{am_port}/-/ready", timeout=2).status_code == 200,
         )
-        live = Stack(prometheus, pipeline.prometheus_port, hook, tmp)
-        _feed_all(pipeline)
-        _wait_for("a first scrape with data", lambda: bool(live.query("rulvar_runs_settled_total")))
-        # A second pass of the same streams makes every counter and histogram grow between scrapes.
-        _feed_all(pipeline)
+        # Prometheus applies new targets every few seconds: export once it scrapes (and misses) ours.
         _wait_for(
-            "a scrape after the second pass",
-            lambda: bool(live.query("sum(increase(rulvar_runs_settled_total[1m])) > 0")),
+            "the first scrape of the export port",
+            lambda: bool(Stack(prometheus, hook, tmp, []).query('up{job="rulvar-otel"}')),
         )
-        time.sleep(1.5)
+        exports = [_export(tmp, name, stream, result, export_port) for name, stream, result in _streams(tmp)]
+        live = Stack(prometheus, hook, tmp, exports)
+        # Rules evaluate every second; give the last export's samples one evaluation.
+        _wait_for("the last export's samples", lambda: bool(live.query('count(up{job="rulvar-otel"} == 0)')))
+        time.sleep(2)
+        import os
+
+        if os.environ.get("DEBUG_LIVE"):
+            subprocess.run([sys.executable, "/tmp/m_debug.py", prometheus], check=False)
         yield live
     finally:
         for process in processes:
             _stop(process)
-        pipeline.shutdown()
         hook_server.shutdown()
         hook_server.server_close()
 
 
-def _substitute(expr: str) -> str:
-    for variable, value in SUBSTITUTIONS.items():
-        expr = expr.replace(variable, value)
-    assert "$" not in expr, f"unsubstituted variable in {expr!r}"
-    return expr
+def test_every_export_process_succeeded(stack: Stack) -> None:
+    failed = [f"{name}: exit {code}\n{output}" for name, code, output in stack.exports if code != 0]
+    assert not failed, "\n".join(failed)
+    assert len(stack.exports) == len(FIXTURE_STREAMS) + 3
 
 
-def test_every_panel_query_of_every_dashboard_returns_data(stack: Stack) -> None:
+def test_every_panel_of_every_rulvar_dashboard_shows_a_non_zero_value(stack: Stack) -> None:
     empty: list[str] = []
     checked = 0
     for board_name, board in dashboards().items():
+        if board_name in NOT_FROM_THE_CLI:
+            for _, expr in panel_queries(board):
+                stack.query(runnable(expr, WINDOW))  # valid PromQL, no data here
+            continue
         for title, expr in panel_queries(board):
-            result = stack.query(_substitute(expr))
+            result = stack.query(runnable(expr, WINDOW))
             values = [float(sample["value"][1]) for sample in result]
-            if not any(math.isfinite(v) for v in values):
+            if not any(math.isfinite(v) and v != 0 for v in values):
                 empty.append(f"{board_name} / {title}: {expr} -> {values}")
             checked += 1
     assert checked >= 30
-    assert not empty, "panels without data:\n" + "\n".join(empty)
+    assert not empty, "panels without a non-zero value:\n" + "\n".join(empty)
+
+
+def test_every_run_is_counted_once_and_plain_increase_would_have_missed_them(stack: Stack) -> None:
+    # Every series was served at its final value by a process that lived a few seconds (each
+    # process its own service_instance_id), so increase() alone sees almost nothing.
+    window = WINDOW
+    counted = stack.query(f"sum({generator_module().counted('rulvar_runs_settled_total', window)})")
+    plain = stack.query(f"sum(increase(rulvar_runs_settled_total[{window}]))")
+    runs = len(stack.exports)  # one run:end per stream
+    assert float(counted[0]["value"][1]) == runs
+    assert (float(plain[0]["value"][1]) if plain else 0.0) < runs / 2
 
 
 def test_template_variables_resolve(stack: Stack) -> None:
-    for board in dashboards().values():
+    for name, board in dashboards().items():
+        if name in NOT_FROM_THE_CLI:
+            continue
         for variable in board["templating"]["list"]:
             if variable["type"] != "query":
                 continue
@@ -266,25 +335,61 @@ def test_template_variables_resolve(stack: Stack) -> None:
             assert response["status"] == "success" and response["data"], variable["name"]
 
 
-def test_series_names_match_the_registry_on_the_live_endpoint(stack: Stack) -> None:
-    text = httpx.get(f"http://127.0.0.1:{stack.exporter_port}/metrics", timeout=5).text
-    exposed = {
-        line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")
-    }
+def test_series_names_and_labels_match_the_registry(stack: Stack) -> None:
     expected = {name for entry in REGISTRY for name in entry.prometheus_series}
-    assert exposed - {"target_info"} == expected
     in_prometheus = set(
         httpx.get(f"{stack.prometheus}/api/v1/label/__name__/values", timeout=5).json()["data"]
     )
-    assert expected <= in_prometheus
-    # Labels are the registry's, sanitized the way the registry says.
+    assert expected <= in_prometheus, expected - in_prometheus
     for entry in REGISTRY:
-        series = stack.query(f"{entry.prometheus_series[0]}")
+        series = stack.query(f"last_over_time({entry.prometheus_series[0]}[10m])")
         assert series, entry.name
-        labels = set(series[0]["metric"]) - {"__name__", "instance", "job", "le"}
-        assert {label for label in labels if not label.startswith("otel_scope_")} <= set(
-            entry.prometheus_labels
-        )
+        for sample in series:
+            # Prometheus adds job and instance; every pipeline adds its service_instance_id.
+            labels = set(sample["metric"]) - {"__name__", "instance", "job", "le", "service_instance_id"}
+            assert {label for label in labels if not label.startswith("otel_scope_")} <= set(
+                entry.prometheus_labels
+            ), entry.name
+
+
+def test_the_event_alerts_fire_from_one_shot_exports(stack: Stack) -> None:
+    expected_firing = {
+        "RulvarUnsettledTerminal",
+        "RulvarSupersededTerminal",
+        "RulvarRunAcceptedPartial",
+        "RulvarExposureDrained",
+        "RulvarQuotaExhausted",
+        "RulvarAgentErrors",
+        "RulvarWorkflowDeterminismWarning",
+    }
+
+    def states() -> dict[str, set[str]]:
+        alerts = httpx.get(f"{stack.prometheus}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
+        out: dict[str, set[str]] = {}
+        for alert in alerts:
+            out.setdefault(alert["labels"]["alertname"], set()).add(alert["state"])
+        return out
+
+    _wait_for(
+        "every event alert firing",
+        lambda: expected_firing <= {k for k, v in states().items() if "firing" in v},
+    )
+    current = states()
+    # The failure-rate warning needs 10 minutes: one-shot exports of failed runs make it pending.
+    assert "pending" in current.get("RulvarRunFailureRate", set()) | current.get(
+        "RulvarRunFailureRate", set()
+    )
+    # Throttling in these streams is far below saturation.
+    assert "RulvarQuotaThrottlingSaturated" not in current
+    alerts = httpx.get(f"{stack.prometheus}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
+    unsettled = {
+        a["labels"]["rulvar_workflow"]
+        for a in alerts
+        if a["labels"]["alertname"] == "RulvarUnsettledTerminal"
+    }
+    assert unsettled == {"demo", "solo"}  # the superseded terminal of "raced" is not a failed settlement
+    exhausted = [a for a in alerts if a["labels"]["alertname"] == "RulvarQuotaExhausted"]
+    assert {a["labels"]["rulvar_agent_type"] for a in exhausted} == {"researcher"}
 
 
 def test_exposure_drained_alert_reaches_the_webhook(stack: Stack) -> None:

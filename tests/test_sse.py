@@ -30,7 +30,18 @@ from tests._fixtures import STREAMS, events
 from tests._otel_harness import Recorder, provider
 
 DropMode = Literal["none", "slow", "midframe", "clean"]
-FAST = ReconnectPolicy(initial_backoff_s=0.001, max_backoff_s=0.01, max_attempts=5, read_timeout_s=10)
+# The Rulvar server's slow-consumer close note, verbatim, and the wording older servers used.
+SLOW_NOTE = (
+    b": pending frames reached maxPendingEventsPerClient (20); reconnect with Last-Event-ID to continue\n\n"
+)
+OLD_SLOW_NOTE = b": slow consumer: the client fell behind; closing (reconnect with Last-Event-ID)\n\n"
+FAST = ReconnectPolicy(
+    initial_backoff_s=0.001,
+    max_backoff_s=0.01,
+    slow_consumer_backoff_s=0.001,
+    max_attempts=5,
+    read_timeout_s=10,
+)
 
 
 def frame(event: dict[str, Any]) -> bytes:
@@ -53,6 +64,7 @@ class RulvarTestServer:
     runs: dict[str, ServedRun]
     drop_every: int = 0
     drop_mode: DropMode = "none"
+    slow_note: bytes = SLOW_NOTE
     requests: list[tuple[str, str | None]] = field(default_factory=list[tuple[str, str | None]])
     host: str = "127.0.0.1"
     port: int = 0
@@ -145,9 +157,7 @@ class RulvarTestServer:
                 continue
             if self.drop_every and sent == self.drop_every:
                 if self.drop_mode == "slow":
-                    writer.write(
-                        b": slow consumer: the client fell behind; closing (reconnect with Last-Event-ID)\n\n"
-                    )
+                    writer.write(self.slow_note)
                 elif self.drop_mode == "midframe":
                     writer.write(frame(event)[:25])  # part of the next frame, then the socket closes
                 await writer.drain()
@@ -200,10 +210,12 @@ async def serve(runs: dict[str, ServedRun], **kw: Any) -> AsyncIterator[RulvarTe
 
 
 @contextlib.contextmanager
-def serve_in_thread(runs: dict[str, ServedRun], **kw: Any) -> Iterator[RulvarTestServer]:
-    """The same server on its own loop in a thread (for synchronous callers such as the CLI)."""
+def serve_in_thread(
+    runs: dict[str, ServedRun], *, server: RulvarTestServer | None = None, **kw: Any
+) -> Iterator[RulvarTestServer]:
+    """The same server (or ``server``) on its own loop in a thread (for synchronous callers)."""
     loop = asyncio.new_event_loop()
-    server = RulvarTestServer(runs, **kw)
+    server = server if server is not None else RulvarTestServer(runs, **kw)
     ready = threading.Event()
 
     def run() -> None:
@@ -233,11 +245,13 @@ async def drain(handle: ServerRunHandle) -> list[dict[str, Any]]:
     return [e async for e in handle.events]  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("mode", ["slow", "midframe", "clean"])
+@pytest.mark.parametrize("mode", ["slow", "old-slow", "midframe", "clean"])
 @pytest.mark.parametrize("every", [1, 3, 7])
-async def test_every_event_exactly_once_across_repeated_drops(mode: DropMode, every: int) -> None:
+async def test_every_event_exactly_once_across_repeated_drops(mode: str, every: int) -> None:
     run_id, run = served("tools")
-    async with serve({run_id: run}, drop_every=every, drop_mode=mode) as server:
+    note = OLD_SLOW_NOTE if mode == "old-slow" else SLOW_NOTE
+    drop: DropMode = "slow" if mode == "old-slow" else mode  # type: ignore[assignment]
+    async with serve({run_id: run}, drop_every=every, drop_mode=drop, slow_note=note) as server:
         handle = follow_server_run(server.url, run_id, policy=FAST)
         got = await drain(handle)
         outcome = await handle.result
@@ -253,7 +267,7 @@ async def test_every_event_exactly_once_across_repeated_drops(mode: DropMode, ev
         run.events[i - 1]["seq"] for i in range(every, len(run.events), every)
     ]
     slow = [n for n in handle.notes if n.kind == "slow-consumer"]
-    assert len(slow) == (len(cursors) - 1 if mode == "slow" else 0)
+    assert len(slow) == (len(cursors) - 1 if drop == "slow" else 0)
     assert not [n for n in handle.notes if n.kind == "comment"]  # keep-alives are not notes
     assert outcome.status == "ok" and outcome.envelope == run.status["envelope"]
 
@@ -305,20 +319,47 @@ async def test_not_live_stops_retrying_and_takes_the_status_outcome() -> None:
         outcome = await handle.result
     assert [n.kind for n in handle.notes] == ["not-live"]
     assert handle.stats.not_live and handle.stats.connections == 1 and handle.stats.reconnects == 0
+    assert handle.stats.terminal_facts_only and handle.stats.terminal_facts_time_source == "run id"
     assert outcome.status == "ok" and isinstance(outcome.envelope, dict)
     assert outcome.envelope["provenance"] == "journal"
-    # No event ever streams, so the terminal facts become a run span's pair of events.
+    # No event ever streams, so the terminal facts become a run span's pair of events, on the
+    # run's own root span id and dated only by the time the ULID run id encodes.
     assert [e["type"] for e in got] == ["run:start", "run:end"]
+    assert {e["spanId"] for e in got} == {run.events[0]["spanId"]} == {"s0"}
+    assert got[0]["ts"] == got[1]["ts"] == "2026-11-29T18:59:53.294Z"  # 01M8MAV4AE...: its ULID time
     assert got[1]["status"] == "ok" and got[1]["envelope"] == outcome.envelope
     assert got[0]["workflow"] == run.status["workflow"]
     recorder = Recorder()
     assert export_events(got, provider(recorder).get_tracer("t"), outcome=outcome) == 1
     (span,) = recorder.ended
     assert span.name == f"run {run.status['workflow']}"
+    assert span.start_time == span.end_time == 1_795_978_793_294_000_000
     assert (
         span.attributes is not None
         and span.attributes["rulvar.run.total_usd"] == outcome.envelope["totalUsd"]
     )
+
+
+def test_terminal_facts_use_only_the_servers_facts() -> None:
+    from datetime import UTC, datetime
+
+    from rulvar_otel.sources.sse import terminal_facts_events, ulid_time
+
+    assert ulid_time("01M8MAV4AESBHNV5V3MVF0NJJA") == datetime(2026, 11, 29, 18, 59, 53, 294000, UTC)
+    assert ulid_time("GOLDEN-SUSPEND-1") is None and ulid_time("81M8MAV4AESBHNV5V3MVF0NJJA") is None
+    outcome = RunOutcome(status="ok")
+    # Explicit times in the status body win over the run id's.
+    got, source = terminal_facts_events(
+        "01M8MAV4AESBHNV5V3MVF0NJJA",
+        outcome,
+        {"startedAt": "2026-11-29T18:59:53.299Z", "endedAt": "2026-11-29T18:59:54.000Z"},
+    )
+    assert source == "status" and [e["ts"] for e in got] == [
+        "2026-11-29T18:59:53.299Z",
+        "2026-11-29T18:59:54.000Z",
+    ]
+    # Nothing dates a run whose id is no ULID: no span rather than one stamped "now".
+    assert terminal_facts_events("GOLDEN-SUSPEND-1", outcome, {"status": "ok"}) == ([], None)
 
 
 async def test_not_live_without_a_settled_terminal_keeps_terminal_unavailable() -> None:
@@ -483,3 +524,14 @@ async def test_hostile_notes_are_masked_and_sanitized() -> None:
     comment = next(n for n in handle.notes if n.kind == "comment")
     assert "\x1b" not in comment.text and "\x07" not in comment.text and "sk-abc" not in comment.text
     assert [n.kind for n in handle.notes] == ["comment", "bad-frame"]
+
+
+async def test_not_live_and_still_running_elsewhere_is_said_so_not_exported() -> None:
+    run_id, run = served("minimal", live=False)
+    run.status = {"runId": run_id, "status": "running", "live": False}
+    async with serve({run_id: run}) as server:
+        handle = follow_server_run(server.url, run_id, policy=FAST)
+        got = await drain(handle)
+        with pytest.raises(SourceError, match="running in another process, not live on"):
+            await handle.result
+    assert got == [] and not handle.stats.terminal_facts_only

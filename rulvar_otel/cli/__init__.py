@@ -5,9 +5,12 @@ Each command lives in its own module and registers itself on the one Typer app.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
-from rulvar_otel.cli import _demo, _export, _inspect, _tail
+from rulvar_otel.cli import _assets, _demo, _export, _help, _inspect, _tail
+from rulvar_otel.core.log_masking import masked_logging
 
 __all__ = ["app", "main"]
 
@@ -19,10 +22,30 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for _module in (_export, _demo, _tail, _inspect):
+_help.install_help_style()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version and exit.",
+            is_eager=True,
+            callback=_help.version_option_callback,
+        ),
+    ] = False,
+) -> None:
+    """Export Rulvar runs (JSONL streams, a Rulvar server, the bundled engine) to OpenTelemetry."""
+
+
+for _module in (_export, _demo, _tail, _inspect, _assets):
     _module.register(app)
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point. Library log records (OpenTelemetry's included) reach stderr
+    only through the masking filter: one sanitized, masked, bounded line each."""
+    with masked_logging():
+        app()

@@ -26,12 +26,8 @@ from opentelemetry.metrics import Meter
 
 from rulvar_otel.core.events import EventModel, event_to_wire
 from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome
-from rulvar_otel.core.masking import (
-    SecretMasker,
-    compile_secret_masker,
-    default_masker,
-    sanitize_terminal_text,
-)
+from rulvar_otel.core.log_masking import output_masker, set_output_masker
+from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
 from rulvar_otel.errors import ConfigError, EventError, ExportError, RulvarOtelError, SourceError
 from rulvar_otel.otel._provider import (
     DEFAULT_EXPORT_TIMEOUT_S,
@@ -123,7 +119,8 @@ PatternOption = Annotated[
     typer.Option(
         "--pattern",
         metavar="REGEX",
-        help="Extra secret pattern (Python re syntax) masked in every exported string (repeatable).",
+        help="Extra secret pattern (RE2 syntax, see docs/masking.md) masked in every exported and "
+        "printed string (repeatable).",
     ),
 ]
 ProgressOption = Annotated[
@@ -168,7 +165,25 @@ PrometheusPortOption = Annotated[
     typer.Option(
         "--prometheus-port",
         metavar="N",
-        help="Also serve run metrics for Prometheus on 127.0.0.1:N while the export runs.",
+        help="Also serve run metrics for Prometheus on port N (of --prometheus-host) while the export runs.",
+    ),
+]
+PrometheusHostOption = Annotated[
+    str,
+    typer.Option(
+        "--prometheus-host",
+        metavar="HOST",
+        help="Address the --prometheus-port endpoint binds: 0.0.0.0 lets a container (the compose "
+        "Prometheus) or another machine scrape it.",
+    ),
+]
+PrometheusLingerOption = Annotated[
+    float,
+    typer.Option(
+        "--prometheus-linger",
+        metavar="SECONDS",
+        help="Keep the --prometheus-port endpoint up this long after the export, so a scraper sees "
+        "the final values (at least its scrape interval; 0 closes it at once).",
     ),
 ]
 
@@ -187,6 +202,8 @@ _SHARED_OPTIONS: Final[tuple[tuple[str, Any, Any], ...]] = (
     ("deterministic_ids", DeterministicIdsOption, False),
     ("metrics_endpoint", MetricsEndpointOption, None),
     ("prometheus_port", PrometheusPortOption, None),
+    ("prometheus_host", PrometheusHostOption, "127.0.0.1"),
+    ("prometheus_linger", PrometheusLingerOption, 0.0),
 )
 
 
@@ -235,6 +252,8 @@ class ExportOptions:
     export_timeout_s: float | None = None
     metrics_endpoint: str | None = None
     prometheus_port: int | None = None
+    prometheus_host: str = "127.0.0.1"
+    prometheus_linger_s: float = 0.0
     ceiling_usd: float | None = None
     deterministic_ids: bool = False
 
@@ -253,6 +272,8 @@ class ExportOptions:
         export_timeout: float | None = None,
         metrics_endpoint: str | None = None,
         prometheus_port: int | None = None,
+        prometheus_host: str = "127.0.0.1",
+        prometheus_linger: float = 0.0,
         ceiling_usd: float | None = None,
         deterministic_ids: bool = False,
     ) -> ExportOptions:
@@ -269,8 +290,12 @@ class ExportOptions:
             raise ConfigError(f"--export-timeout must be a positive number of seconds (got {export_timeout})")
         if prometheus_port is not None and not (0 <= prometheus_port <= 65535):
             raise ConfigError(f"--prometheus-port must be a TCP port, 0-65535 (got {prometheus_port})")
-        if pattern:
-            compile_secret_masker(pattern)
+        if not prometheus_host.strip():
+            raise ConfigError("--prometheus-host must name a host or address")
+        if not (0 <= prometheus_linger <= 3600):
+            raise ConfigError(f"--prometheus-linger must be 0-3600 seconds (got {prometheus_linger})")
+        # Every line the command prints (its own, the progress view, library logs) uses this masker.
+        set_output_masker(compile_secret_masker(pattern) if pattern else None)
         return cls(
             endpoint=endpoint,
             protocol=protocol,
@@ -283,6 +308,8 @@ class ExportOptions:
             export_timeout_s=export_timeout,
             metrics_endpoint=metrics_endpoint,
             prometheus_port=prometheus_port,
+            prometheus_host=prometheus_host,
+            prometheus_linger_s=prometheus_linger,
             ceiling_usd=ceiling_usd,
             deterministic_ids=deterministic_ids,
         )
@@ -314,11 +341,11 @@ class ExportResult:
 
 
 def terminal_safe(text: str, masker: SecretMasker | None = None) -> str:
-    """Mask secrets, then strip terminal controls: the discipline for every printed dynamic string."""
-    mask = (masker or default_masker()).mask
-    # Masked again after sanitizing: a control sequence glued to a key ("\x1b[2Jsk-...") hides
-    # the key's word boundary from the first pass, and sanitizing restores it.
-    return mask(sanitize_terminal_text(mask(text)))
+    """Sanitize, then mask (URL userinfo redacted): the discipline for every printed dynamic string.
+
+    Without ``masker``, the command's own (``--pattern`` included) once its options are parsed.
+    """
+    return (masker or output_masker()).clean(text)
 
 
 class _ProgressSink(Protocol):
@@ -327,7 +354,7 @@ class _ProgressSink(Protocol):
     def close(self, outcome: Any) -> None: ...
 
 
-def _open_progress(mode: str, ceiling_usd: float | None) -> _ProgressSink | None:
+def _open_progress(mode: str, ceiling_usd: float | None, masker: SecretMasker) -> _ProgressSink | None:
     # auto: the live tree on a terminal, append-only lines in pipes and CI (the view decides).
     if mode == "off":
         return None
@@ -338,7 +365,7 @@ def _open_progress(mode: str, ceiling_usd: float | None) -> _ProgressSink | None
     opener = getattr(module, "open_progress", None)
     if opener is None:
         return None
-    view: _ProgressSink | None = opener(mode, ceiling_usd=ceiling_usd)
+    view: _ProgressSink | None = opener(mode, ceiling_usd=ceiling_usd, masker=masker)
     return view
 
 
@@ -359,6 +386,8 @@ def _open_metrics(options: ExportOptions) -> tuple[Meter | None, Callable[[], No
         headers=dict(options.headers),
         timeout_s=min(options.export_timeout_s or DEFAULT_EXPORT_TIMEOUT_S, 60.0),
         prometheus_port=options.prometheus_port,
+        prometheus_host=options.prometheus_host,
+        prometheus_linger_s=options.prometheus_linger_s,
         service_name=resolve_service_name(options.trace_options()),
     )
     pipeline = build_meter_provider(setup)
@@ -436,6 +465,7 @@ async def export_run_async(
         masker = compile_secret_masker(options.patterns or None)
     except ConfigError as exc:
         return _fail(err, messages, EXIT_USAGE, str(exc), None)
+    set_output_masker(masker)
 
     def say(text: str) -> None:
         safe = terminal_safe(text, masker)
@@ -456,7 +486,7 @@ async def export_run_async(
     outcome: RunOutcome | BaseException | None = None
     try:
         meter, meter_shutdown = _open_metrics(options)
-        progress = _open_progress(options.progress, options.ceiling_usd)
+        progress = _open_progress(options.progress, options.ceiling_usd, masker)
         observed = _ObservedHandle(handle, progress)
         from rulvar_otel.otel.exporter import to_otel
 

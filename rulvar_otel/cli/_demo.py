@@ -24,16 +24,16 @@ from rulvar_otel.cli._common import (
     terminal_safe,
     with_export_options,
 )
-from rulvar_otel.core.engine import (
+from rulvar_otel.core.events import event_to_wire
+from rulvar_otel.engine import (
     EngineRunHandle,
     JsonlJournalStore,
     ScriptedAdapter,
     Workflow,
     create_engine,
 )
-from rulvar_otel.core.engine.demo import DEMO_PRICING, DEMO_WORKFLOWS, build_demo
-from rulvar_otel.core.events import event_to_wire
-from rulvar_otel.errors import ConfigError, RulvarOtelError
+from rulvar_otel.engine.demo import DEMO_PRICING, DEMO_WORKFLOWS, build_demo
+from rulvar_otel.errors import ConfigError, JournalError, RulvarOtelError, RunRejectedError
 
 __all__ = ["demo_command", "register", "replay_command"]
 
@@ -71,7 +71,22 @@ async def _export(handle: EngineRunHandle, options: ExportOptions, events: Path 
             except OSError as exc:
                 _err(f"error: cannot write --events {events}: {exc.strerror or exc}")
                 return EXIT_USAGE
+    refused = _journal_refusal(handle)
+    if refused is not None:
+        _err(f"error: {refused}")
+        return EXIT_USAGE
     return result.exit_code
+
+
+def _journal_refusal(handle: EngineRunHandle) -> RunRejectedError | None:
+    """The run's rejection when the journal refused a write (an unusable --journal: exit 2)."""
+    result = handle.result
+    if not result.done() or result.cancelled():
+        return None
+    rejection = result.exception()
+    if isinstance(rejection, RunRejectedError) and rejection.error_code == JournalError.code:
+        return rejection
+    return None
 
 
 @with_export_options

@@ -2,9 +2,10 @@
 
 Prints the invocation table (one row per agent span, one indented row per phase activation),
 the per-role split with its cost basis, and the critical path with its post-fan-in
-decomposition. ``--json`` prints the same readings as one JSON object on stdout. Every string
-taken from the stream is masked and then made terminal-safe; the JSON form is masked and
-ASCII-escaped.
+decomposition (rows whose figures are all zero hidden, its terms explained under it).
+``--json`` prints the same readings as one JSON object on stdout, floats rounded to 12
+significant digits. Every string taken from the stream is sanitized, then masked (the masker's
+``clean``), in the JSON form before encoding (keys included), which is also ASCII-escaped.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, TextIO
+from typing import Annotated, Any, Final, TextIO
 
 import typer
 from rich import box
@@ -22,7 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rulvar_otel.cli._common import PatternOption
-from rulvar_otel.core.masking import SecretMasker, compile_secret_masker, sanitize_terminal_text
+from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
 from rulvar_otel.core.progress import format_tokens, format_usd
 from rulvar_otel.core.reducers import (
     CriticalPath,
@@ -42,6 +43,34 @@ def _ms(value: float | None) -> str:
     if value < 1000:
         return f"{value:g} ms"
     return f"{value / 1000:.2f} s"
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+# What the critical-path figures mean, printed under the table.
+CRITICAL_PATH_TERMS: Final = (
+    ("run wall", "first to last event of the run"),
+    ("post-fan-in", "from the last worker settling to the run's end"),
+    ("synthesis", "time in synthesize calls: final composition, claim and citation judges"),
+    ("candidate", "a finish candidate's end, measured from the run's start"),
+    ("coordination", "the coordinator's own model calls and tool calls after fan-in"),
+    ("model only", "coordinator model time no tool call overlaps"),
+    ("covered, residue", "their union with synthesis, and the post-fan-in time none of them covers"),
+    ("-", "a figure the stream cannot support (never guessed)"),
+)
+
+
+def _round_floats(value: Any) -> Any:
+    """Floats to 12 significant digits: binary noise (0.00030000000000000003) never reaches the user."""
+    if isinstance(value, float):
+        return float(f"{value:.12g}")
+    if isinstance(value, dict):
+        return {k: _round_floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_round_floats(v) for v in value]
+    return value
 
 
 def _share(value: float | None) -> str:
@@ -68,7 +97,7 @@ def render_inspect(
     def clean(value: object) -> str:
         if value is None:
             return "-"
-        return sanitize_terminal_text(masker.mask(value if isinstance(value, str) else str(value)))
+        return masker.clean(value if isinstance(value, str) else str(value))
 
     console = Console(file=out, highlight=False, width=width or (None if out.isatty() else 160))
 
@@ -88,7 +117,7 @@ def render_inspect(
     ):
         agents.add_column(header, overflow="fold")
     for row in table.agents:
-        name = row.label or row.agent_type or "agent"
+        name = row.label or row.agent_type or "(anon)"  # as the span name says it
         usage = row.usage or {}
         agents.add_row(
             *(
@@ -133,7 +162,8 @@ def render_inspect(
     console.print(agents)
     console.print(
         Text(
-            f"{len(table.agents)} agent spans, {table.open_agents} open, {table.open_phases} open phases; "
+            f"{_n(len(table.agents), 'agent span')}, {table.open_agents} open, "
+            f"{_n(table.open_phases, 'open phase')}; "
             f"settled total {format_usd(table.total_cost_usd)}"
         )
     )
@@ -160,26 +190,46 @@ def render_inspect(
     crit = Table(title="Critical path", box=box.SIMPLE, title_justify="left", show_header=False)
     crit.add_column("figure")
     crit.add_column("value")
-    rows: list[tuple[str, str]] = [
-        ("segments", str(path.segments)),
-        ("run wall", _ms(path.run_wall_ms)),
-        ("worker spans", str(path.worker_spans)),
-        ("post-fan-in", f"{_ms(path.post_fan_in_ms)} ({_share(path.post_fan_in_share)} of wall)"),
-        ("synthesis", f"{_ms(path.synthesis_ms)} ({_share(path.synthesis_share)} of wall)"),
-        ("  final composition", f"{_ms(path.final_composition_ms)} in {path.composition_spans} spans"),
+    # (label, value, the figures behind it): a row whose figures are all zero says nothing and
+    # is hidden; "-" (a figure the stream cannot support) is kept.
+    rows: list[tuple[str, str, tuple[float | int | None, ...]]] = [
+        ("segments", str(path.segments), (None,)),
+        ("run wall", _ms(path.run_wall_ms), (None,)),
+        ("worker spans", str(path.worker_spans), (None,)),
+        (
+            "post-fan-in",
+            f"{_ms(path.post_fan_in_ms)} ({_share(path.post_fan_in_share)} of wall)",
+            (None,),
+        ),
+        (
+            "synthesis",
+            f"{_ms(path.synthesis_ms)} ({_share(path.synthesis_share)} of wall)",
+            (path.synthesis_ms,),
+        ),
+        (
+            "  final composition",
+            f"{_ms(path.final_composition_ms)} in {_n(path.composition_spans, 'span')}",
+            (path.final_composition_ms, path.composition_spans),
+        ),
         (
             "  claim judge",
-            f"{_ms(path.semantic_judge_ms)} in {path.judge_spans} spans "
+            f"{_ms(path.semantic_judge_ms)} in {_n(path.judge_spans, 'span')} "
             f"(draft {_ms(path.draft_judge_ms)}, final {_ms(path.final_judge_ms)})",
+            (path.semantic_judge_ms, path.judge_spans, path.draft_judge_ms, path.final_judge_ms),
         ),
-        ("  citation judge", f"{_ms(path.citation_judge_ms)} in {path.citation_judge_spans} spans"),
+        (
+            "  citation judge",
+            f"{_ms(path.citation_judge_ms)} in {_n(path.citation_judge_spans, 'span')}",
+            (path.citation_judge_ms, path.citation_judge_spans),
+        ),
         (
             "  unclassified",
-            f"{_ms(path.unclassified_synthesis_ms)} in {path.unclassified_synthesis_spans} spans",
+            f"{_ms(path.unclassified_synthesis_ms)} in {_n(path.unclassified_synthesis_spans, 'span')}",
+            (path.unclassified_synthesis_ms, path.unclassified_synthesis_spans),
         ),
-        ("first candidate", _ms(path.first_candidate_ms)),
-        ("last candidate", _ms(path.last_candidate_ms)),
-        ("host-rejected spans", str(path.host_rejected_spans)),
+        ("first candidate", _ms(path.first_candidate_ms), (None,)),
+        ("last candidate", _ms(path.last_candidate_ms), (None,)),
+        ("host-rejected spans", str(path.host_rejected_spans), (path.host_rejected_spans,)),
     ]
     b = path.post_fan_in
     if b is not None:
@@ -192,25 +242,37 @@ def render_inspect(
             (
                 "post-fan-in: coordination model",
                 f"{_ms(b.coordination_model_ms)}" + (f" ({by_phase})" if by_phase else ""),
+                (b.coordination_model_ms,),
             ),
-            ("post-fan-in: model only", _ms(b.coordination_model_only_ms)),
+            ("post-fan-in: model only", _ms(b.coordination_model_only_ms), (b.coordination_model_only_ms,)),
             (
                 "post-fan-in: coordination tools",
                 f"{_ms(b.coordination_tool_ms)}" + (f" ({by_tool})" if by_tool else ""),
+                (b.coordination_tool_ms,),
             ),
-            ("post-fan-in: synthesis", _ms(b.synthesis_ms)),
-            ("post-fan-in: covered", _ms(b.covered_ms)),
-            ("post-fan-in: residue", f"{_ms(b.residue_ms)} ({_share(b.residue_share)})"),
+            ("post-fan-in: synthesis", _ms(b.synthesis_ms), (b.synthesis_ms,)),
+            ("post-fan-in: covered", _ms(b.covered_ms), (b.covered_ms,)),
+            ("post-fan-in: residue", f"{_ms(b.residue_ms)} ({_share(b.residue_share)})", (None,)),
         ]
-    for label, value in rows:
+    hidden = 0
+    for label, value, figures in rows:
+        if all(f is not None and f == 0 for f in figures):
+            hidden += 1
+            continue
         crit.add_row(Text(label), Text(value))
     console.print(crit)
+    width = max(len(term) for term, _ in CRITICAL_PATH_TERMS)
+    for term, meaning in CRITICAL_PATH_TERMS:
+        console.print(Text(f"  {term:<{width}}  {meaning}", style="dim"))
+    if hidden:
+        console.print(Text(f"  ({_n(hidden, 'row')} whose figures are all zero not shown)", style="dim"))
 
 
 def _json_document(table: InvocationTable, path: CriticalPath, masker: SecretMasker) -> str:
     doc = {"invocationTable": table.to_json_dict(), "criticalPath": path.to_json_dict()}
     # ASCII escapes keep raw control characters (C1 included) off the terminal.
-    return json.dumps(masker.mask_deep(doc), ensure_ascii=True, indent=2)
+    # Every string (keys included) is cleaned before encoding: a JSON escape would hide a key's start.
+    return json.dumps(_round_floats(masker.clean_deep(doc)), ensure_ascii=True, indent=2)
 
 
 def run_inspect(
@@ -228,14 +290,14 @@ def run_inspect(
         masker = compile_secret_masker(patterns or None)
         events, problems = read_jsonl_events(stream)
     except RulvarOtelError as exc:
-        err.write(f"rulvar-otel inspect: {sanitize_terminal_text(compile_secret_masker().mask(str(exc)))}\n")
+        err.write(f"rulvar-otel inspect: {compile_secret_masker().clean(str(exc))}\n")
         return 2
     for problem in problems[:5]:
-        err.write(f"rulvar-otel inspect: skipped {sanitize_terminal_text(masker.mask(str(problem)))}\n")
+        err.write(f"rulvar-otel inspect: skipped {masker.clean(str(problem))}\n")
     if len(problems) > 5:
         err.write(f"rulvar-otel inspect: skipped {len(problems) - 5} more malformed lines\n")
     if not events:
-        err.write(f"rulvar-otel inspect: {sanitize_terminal_text(masker.mask(stream))} holds no events\n")
+        err.write(f"rulvar-otel inspect: {masker.clean(stream)} holds no events\n")
         return 2
     table, path = inspect_events(events)
     if as_json:
@@ -251,7 +313,11 @@ def register(app: typer.Typer) -> None:
     @app.command("inspect")
     def inspect(
         stream: Annotated[
-            Path, typer.Argument(help="A JSONL event stream (one WorkflowEvent per line); '-' reads stdin.")
+            Path,
+            typer.Argument(
+                metavar="STREAM.jsonl|-",
+                help="A JSONL event stream (one WorkflowEvent per line); '-' reads stdin.",
+            ),
         ],
         as_json: Annotated[
             bool, typer.Option("--json", help="Print the readings as one JSON object.")

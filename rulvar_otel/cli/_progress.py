@@ -23,7 +23,7 @@ from rich.live import Live
 from rich.text import Text
 
 from rulvar_otel.core.handle import RunOutcome
-from rulvar_otel.core.masking import SecretMasker, default_masker, sanitize_terminal_text
+from rulvar_otel.core.masking import SecretMasker, default_masker
 from rulvar_otel.core.progress import (
     AgentRow,
     ProgressLines,
@@ -51,6 +51,51 @@ _STATUS_STYLE: Final = {"ok": "green", "error": "red", "cancelled": "yellow", "e
 # Rows shown before the tree collapses settled agents into a count (a 1,000-agent run stays legible).
 _MAX_ROWS: Final = 40
 _BAR_WIDTH: Final = 12
+# One printed line at most this long: a hostile 200 MB label must not reach the terminal whole.
+MAX_LINE_CHARS: Final = 1000
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 1] + "…"
+
+
+class _ScopeTracker:
+    """Where an agent whose parent span never opened belongs: the innermost open scope.
+
+    Rulvar parents parallel branches' agents to branch spans that never appear as events; the
+    span mapper groups such agents under the innermost open phase or child workflow, and the
+    view does the same, so they sit under their phase instead of at the bottom of the tree.
+    """
+
+    def __init__(self) -> None:
+        self._open: list[tuple[str, str | None]] = []  # (span id, parent span id), outermost first
+        self._known: set[str] = set()
+        self.inferred: dict[str, str] = {}
+
+    def feed(self, wire: Mapping[str, Any]) -> None:
+        kind = wire.get("type")
+        span_id = wire.get("spanId")
+        if not isinstance(span_id, str):
+            return
+        parent = wire.get("parentSpanId")
+        parent = parent if isinstance(parent, str) else None
+        if kind in ("phase:start", "child:start"):
+            # A scope opening under an outer one closes the siblings opened since (phases end
+            # when the next one starts; Rulvar sends no phase:end).
+            while self._open and self._open[-1][0] != parent:
+                self._open.pop()
+            self._open.append((span_id, parent))
+            self._known.add(span_id)
+        elif kind == "child:end":
+            ids = [sid for sid, _ in self._open]
+            if span_id in ids:
+                del self._open[ids.index(span_id) :]
+        elif kind == "run:start":
+            self._known.add(span_id)
+        elif kind == "agent:start":
+            self._known.add(span_id)
+            if (parent is None or parent not in self._known) and self._open:
+                self.inferred[span_id] = self._open[-1][0]
 
 
 class ProgressView:
@@ -78,7 +123,7 @@ class _LinesView(ProgressView):
 
     def _write(self, lines: list[str]) -> None:
         if lines:
-            self._stream.write("".join(line + "\n" for line in lines))
+            self._stream.write("".join(_cut(line) + "\n" for line in lines))
             self._stream.flush()
 
     def feed(self, event: Mapping[str, Any]) -> None:
@@ -107,6 +152,7 @@ class _TtyView(ProgressView):
         self._clock = clock
         self._fed_at = clock()
         self._lock = threading.Lock()
+        self._scopes = _ScopeTracker()
         self._console = console or Console(file=stream, force_terminal=True, highlight=False, soft_wrap=False)
         self._live = Live(
             console=self._console,
@@ -120,7 +166,8 @@ class _TtyView(ProgressView):
 
     def feed(self, event: Mapping[str, Any]) -> None:
         with self._lock:
-            self.state.apply(event)
+            wire = self.state.apply(event)
+            self._scopes.feed(wire)
             self._fed_at = self._clock()
 
     def close(self, outcome: RunOutcome | BaseException | None = None) -> None:
@@ -129,11 +176,12 @@ class _TtyView(ProgressView):
         self._closed = True
         self._live.stop()  # paints the final frame once more
         for line in summary_lines(self.state, outcome, self._masker):
-            self._console.print(Text(line), highlight=False)
+            self._console.print(Text(_cut(line)), highlight=False)
 
     def _renderable(self) -> RenderableType:
         with self._lock:
-            return render_tree(self.state, self._clock() - self._fed_at, self._clock())
+            now = self._clock()
+            return render_tree(self.state, now - self._fed_at, now, inferred_parents=self._scopes.inferred)
 
 
 def _spinner(now: float) -> str:
@@ -151,11 +199,19 @@ def _bar(spent: float, ceiling: float) -> str:
     return "#" * filled + "." * (_BAR_WIDTH - filled)
 
 
-def render_tree(state: ProgressState, since_last_event: float = 0.0, now: float = 0.0) -> RenderableType:
+def render_tree(
+    state: ProgressState,
+    since_last_event: float = 0.0,
+    now: float = 0.0,
+    *,
+    inferred_parents: Mapping[str, str] | None = None,
+) -> RenderableType:
     """The tree as rich renderables: the header, phases and agents nested by span, children.
 
-    ``since_last_event`` advances running timers between events on a live stream.
+    ``since_last_event`` advances running timers between events on a live stream;
+    ``inferred_parents`` places agents whose parent span never opened (see :class:`_ScopeTracker`).
     """
+    inferred = inferred_parents or {}
     live_extra = max(0.0, since_last_event) if not state.finished else 0.0
     lines: list[Text] = [_header(state, live_extra, now)]
     children_of: dict[str | None, list[tuple[str, str]]] = {}
@@ -172,17 +228,23 @@ def render_tree(state: ProgressState, since_last_event: float = 0.0, now: float 
         shown = {a.span_id for a in keep}
     else:
         shown = {a.span_id for a in agents}
+    known = set(state.phases) | set(state.agents) | set(state.children)
     for agent in agents:
         if agent.span_id in shown:
-            children_of.setdefault(agent.parent_span_id, []).append(("agent", agent.span_id))
-    known = set(state.phases) | set(state.agents) | set(state.children)
+            parent = agent.parent_span_id
+            if parent is None or parent not in known:
+                parent = inferred.get(agent.span_id, parent)
+            children_of.setdefault(parent, []).append(("agent", agent.span_id))
     roots = [(p, items) for p, items in children_of.items() if p is None or p not in known]
     for _parent, items in roots:
         for kind, span_id in items:
             _render_node(state, kind, span_id, children_of, 1, lines, live_extra, now, set())
+    for line in lines:
+        line.truncate(MAX_LINE_CHARS, overflow="ellipsis")
     hidden = len(agents) - len(shown)
     if hidden:
-        lines.append(Text(f"  … {hidden} settled agents not shown", style="dim"))
+        noun = "agent" if hidden == 1 else "agents"
+        lines.append(Text(f"  … {hidden} settled {noun} not shown", style="dim"))
     return Group(*lines)
 
 
@@ -299,13 +361,13 @@ def summary_lines(
     masker = masker or default_masker()
 
     def clean(value: str) -> str:
-        return sanitize_terminal_text(masker.mask(value))
+        return masker.clean(value)
 
     head = f"run {state.run_id or '?'}"
     if state.workflow:
         head += f" {state.workflow}"
     if isinstance(outcome, BaseException):
-        # A source's error never crossed the event masking boundary: mask first, then sanitize.
+        # A source's error never crossed the event masking boundary: clean it here.
         lines = [f"{head} failed: {clean(type(outcome).__name__)}: {clean(str(outcome))}"]
     else:
         status = clean(outcome.status) if outcome is not None else state.status

@@ -3,8 +3,11 @@
 Spans are exported as the events arrive over SSE; the command reconnects after drops (resuming
 after the last delivered seq), follows a suspended run into its resumed segment, and ends after
 the run's final ``run:end`` (or the first suspension with ``--until-suspended``). The server's
-notes (a replay-window gap, a slow-consumer close, a run that failed before settling, a run that
-is not live in this process) are printed on stderr as they arrive.
+notes reach stderr as few lines: a replay-window gap, a run that failed before settling and a run
+that is not live there are printed as they arrive; repeating ones (slow-consumer closes, comment
+notes, frames that are not events or name another run) are one line per kind at the end, with
+their count. A run that is not live and streamed nothing is exported from its terminal facts
+alone, and stderr says so.
 
 Exit codes: 0 exported, 1 export failed (the backend refused or was unreachable), 2 bad options,
 an unknown run, or a server that could not be followed.
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import Annotated
+from typing import Annotated, Final
 
 import typer
 
@@ -27,22 +30,94 @@ from rulvar_otel.cli._common import (
 )
 from rulvar_otel.core.masking import compile_secret_masker
 from rulvar_otel.errors import ConfigError
-from rulvar_otel.sources.sse import ReconnectPolicy, SseNote, follow_server_run
+from rulvar_otel.sources.sse import NoteKind, ReconnectPolicy, ServerRunHandle, SseNote, follow_server_run
 
 __all__ = ["register", "tail_command"]
 
-_NOTE_LABEL = {
+# Notes printed the moment they arrive (the first of each kind; repeats are counted).
+_LIVE_LABEL: Final = {
     "gap": "server note (events missing from its replay window)",
-    "slow-consumer": "server note (slow consumer; reconnecting)",
     "run-failed": "server note (the run failed before settling)",
-    "not-live": "server note (the run is not live there; exporting its terminal facts)",
-    "bad-frame": "skipped a frame",
-    "comment": "server note",
+}
+# Notes that repeat (a slow-consumer close per reconnect, a flood of comments or bad frames):
+# one line each kind at the end, with the count and the first note's text.
+_SUMMARY: Final = {
+    "slow-consumer": "the server closed the stream {n} as a slow consumer ({text}); resumed each "
+    "time with Last-Event-ID",
+    "comment": "the server sent {n} comment note{s} (first: {text})",
+    "bad-frame": "skipped {n} frame{s} that were not events (first: {text})",
+    "other-run": "skipped {n} frame{s} naming another run",
+    "oversize": "dropped {n} connection{s} carrying a frame over the size limit",
+    "gap": "{n} replay-window notes in all",
+    "run-failed": "{n} failed-before-settling notes in all",
 }
 
 
 def _err(text: str) -> None:
     print(f"rulvar-otel: {terminal_safe(text)}", file=sys.stderr, flush=True)
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _times(count: int) -> str:
+    return "once" if count == 1 else f"{count} times"
+
+
+class _NoteDigest:
+    """Turns the server's notes into few stderr lines: a flood of any kind is one line."""
+
+    def __init__(self) -> None:
+        self.counts: dict[NoteKind, int] = {}
+        self.first: dict[NoteKind, SseNote] = {}
+
+    def __call__(self, note: SseNote) -> None:
+        count = self.counts.get(note.kind, 0) + 1
+        self.counts[note.kind] = count
+        if count > 1:
+            return
+        self.first[note.kind] = note
+        if note.kind == "not-live":
+            if note.after_seq is None:
+                _err(
+                    "server note (the run is not live there, so no event will stream): "
+                    f"{note.text}; only the terminal facts GET /runs/:id gives are available"
+                )
+            else:
+                _err(
+                    f"server note (the run is no longer live there after seq {note.after_seq}): "
+                    f"{note.text}; the trace ends with the streamed events, the outcome comes "
+                    "from GET /runs/:id"
+                )
+        elif note.kind in _LIVE_LABEL:
+            _err(f"{_LIVE_LABEL[note.kind]}: {note.text}")
+
+    def summarize(self) -> None:
+        for kind, count in self.counts.items():
+            template = _SUMMARY.get(kind)
+            if template is None or (kind in _LIVE_LABEL and count == 1):
+                continue
+            n = _times(count) if kind == "slow-consumer" else str(count)
+            _err(template.format(n=n, s="" if count == 1 else "s", text=self.first[kind].text))
+
+
+def _terminal_facts_line(handle: ServerRunHandle) -> str:
+    source = handle.stats.terminal_facts_time_source
+    if source is None:
+        return (
+            "only terminal facts were available (GET /runs/:id) and none of them dates the run: "
+            "no span exported"
+        )
+    timing = (
+        "its start is the creation time the run id encodes and it has no duration"
+        if source == "run id"
+        else "its times are the ones the server's status gives"
+    )
+    return (
+        "only terminal facts were available (GET /runs/:id): one run span with the run's status "
+        f"and envelope, no phases, agents or tools; {timing}"
+    )
 
 
 @with_export_options
@@ -89,23 +164,27 @@ def tail_command(
         policy = ReconnectPolicy(max_attempts=max_attempts, read_timeout_s=idle_timeout)
         masker = compile_secret_masker(options.patterns or None)
 
-        def on_note(note: SseNote) -> None:
-            # The note text is already masked and sanitized by the source.
-            _err(f"{_NOTE_LABEL[note.kind]}: {note.text}")
-
+        # Note texts are already masked and sanitized by the source.
+        digest = _NoteDigest()
         handle = follow_server_run(
-            server, run, until_suspended=until_suspended, policy=policy, masker=masker, on_note=on_note
+            server, run, until_suspended=until_suspended, policy=policy, masker=masker, on_note=digest
         )
     except ConfigError as exc:
         _err(f"error: {exc}")
         raise typer.Exit(EXIT_USAGE) from None
 
-    result = export_run(handle, options)
+    try:
+        result = export_run(handle, options)
+    finally:
+        digest.summarize()
     stats = handle.stats
+    if stats.terminal_facts_only:
+        _err(_terminal_facts_line(handle))
     if stats.reconnects or stats.duplicates_dropped:
         _err(
-            f"followed run over {stats.connections} connections; {stats.delivered} events, "
-            f"{stats.duplicates_dropped} duplicates dropped"
+            f"followed the run over {_plural(stats.connections, 'connection')}: "
+            f"{_plural(stats.delivered, 'event')}, "
+            f"{_plural(stats.duplicates_dropped, 'duplicate')} dropped"
         )
     if stats.suspended_stops:
         _err("stopped at the run's suspension (--until-suspended); tail again to follow its resumption")

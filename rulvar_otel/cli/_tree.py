@@ -1,8 +1,8 @@
 """The finished span tree of an export, printed on the terminal with rich.
 
-Every dynamic string (span names, status words, attribute values) is secret-masked, then passed
-through ``sanitize_terminal_text``, and reaches rich as plain ``Text`` (never markup), so a span
-name can neither restyle the terminal nor break a row in two.
+Every dynamic string (span names, status words, attribute values) passes the masker's ``clean``
+(sanitize, then mask) and reaches rich as plain ``Text`` (never markup), so a span name can
+neither restyle the terminal nor break a row in two.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.text import Text
 from rich.tree import Tree
 
-from rulvar_otel.core.masking import SecretMasker, default_masker, sanitize_terminal_text
+from rulvar_otel.core.masking import SecretMasker, default_masker
 from rulvar_otel.otel import semconv
 
 __all__ = ["format_duration_ns", "print_span_tree", "render_span_tree"]
@@ -24,6 +24,9 @@ __all__ = ["format_duration_ns", "print_span_tree", "render_span_tree"]
 # A 1,000-agent run stays legible: each parent shows its first children, then a count.
 DEFAULT_MAX_CHILDREN: Final = 25
 DEFAULT_MAX_ROWS: Final = 400
+MAX_LABEL_CHARS: Final = 200
+# Width of the tree when it is piped: wide enough that no row is ever wrapped or cut.
+_PIPED_WIDTH: Final = 100_000
 
 _STATUS: Final = {
     StatusCode.OK: ("✓", "green"),
@@ -83,14 +86,18 @@ def _label(span: ReadableSpan, clean: SecretMasker) -> Text:
     if attrs.get(semconv.PARENT_INFERRED) is True:
         text.append("  (parent inferred)", style="dim")
     if span.events:
-        text.append(f"  [{len(span.events)} events]", style="dim")
+        # Span events (budget updates, logs, waits... attached to this span), not the stream's
+        # events the summary line counts.
+        count = len(span.events)
+        text.append(f"  [{count} span event{'' if count == 1 else 's'}]", style="dim")
     return text
 
 
 def _safe(value: str, masker: SecretMasker) -> str:
-    # Masked again after sanitizing: a control sequence glued to a key ("\x1b[2Jsk-...") hides
-    # the key's word boundary from the first pass, and sanitizing restores it.
-    return masker.mask(sanitize_terminal_text(masker.mask(value)))
+    # Cut to a row's worth after cleaning, so a huge name neither floods the terminal nor
+    # unmasks a cut secret.
+    clean = masker.clean(value)
+    return clean if len(clean) <= MAX_LABEL_CHARS else clean[: MAX_LABEL_CHARS - 1] + "…"
 
 
 def render_span_tree(
@@ -164,7 +171,20 @@ def print_span_tree(
     max_children: int = DEFAULT_MAX_CHILDREN,
     max_rows: int = DEFAULT_MAX_ROWS,
 ) -> None:
-    """Print the tree (stdout by default)."""
+    """Print the tree (stdout by default).
+
+    On a terminal rows fold at its width; piped or redirected, every row is printed whole (a
+    consumer such as ``grep`` or a log file must never see a name cut mid-word at 80 columns).
+    """
     out = console if console is not None else Console(highlight=False)
+    if not out.is_terminal:
+        out = Console(
+            file=out.file,
+            width=_PIPED_WIDTH,
+            highlight=False,
+            soft_wrap=True,
+            color_system=out.color_system,  # type: ignore[arg-type]
+            no_color=out.no_color,
+        )
     for tree in render_span_tree(spans, masker=masker, max_children=max_children, max_rows=max_rows):
         out.print(tree)

@@ -4,10 +4,11 @@
 row per agent, phases, children). :func:`render_progress` turns the same events into one plain
 line per lifecycle fact, for pipes and CI logs. Both are pure: no clock, no terminal, no I/O.
 
-Every dynamic string that reaches a line or a row passes the secret masker first and
-:func:`sanitize_terminal_text` second, so one event can never become two lines or restyle a
-terminal. Content (log text, stream deltas, error messages, prompts) is never shown: a log line
-shows its level, an error its code, a stream delta only its size.
+Every dynamic string that reaches a line or a row passes :meth:`SecretMasker.clean` (sanitize,
+then mask, as the export does), so one event can never become two lines, restyle a terminal or
+show a key glued to an escape sequence. Content (log text, stream deltas, error messages,
+prompts) is never shown: a log line shows its level, an error its code, a stream delta only its
+size.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, Final
 
 from rulvar_otel.core.events import EventModel, event_to_wire, parse_ts_ns
 from rulvar_otel.core.handle import EventLike
-from rulvar_otel.core.masking import SecretMasker, default_masker, sanitize_terminal_text
+from rulvar_otel.core.masking import SecretMasker, default_masker
 
 __all__ = [
     "AgentRow",
@@ -204,13 +205,13 @@ class ProgressState:
         self.events = 0
 
     def clean(self, value: object) -> str:
-        """Mask, then sanitize, one dynamic value for a terminal."""
-        return sanitize_terminal_text(self._masker.mask(value if isinstance(value, str) else str(value)))
+        """Sanitize, then mask, one dynamic value for a terminal (the export's own discipline)."""
+        return self._masker.clean(value if isinstance(value, str) else str(value))
 
     def agent_name(self, wire: Mapping[str, Any]) -> str:
         label = _str(wire.get("label"))
         agent_type = _str(wire.get("agentType"))
-        name = label or agent_type or "agent"
+        name = label or agent_type or "(anon)"  # as the span name says it
         return self.clean(name)
 
     def _agent(self, wire: Mapping[str, Any], span_id: str) -> AgentRow:

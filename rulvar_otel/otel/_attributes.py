@@ -15,6 +15,7 @@ from typing import Any, Final, TypeAlias, TypeGuard
 
 import orjson
 
+from rulvar_otel.core.masking import map_strings
 from rulvar_otel.otel import semconv as sc
 
 __all__ = [
@@ -23,9 +24,11 @@ __all__ = [
     "agent_close_attributes",
     "agent_open_attributes",
     "compact_json",
+    "error_type",
     "event_attributes",
     "invocation_close_attributes",
     "invocation_open_attributes",
+    "provider_name",
     "run_close_attributes",
     "scope_span_name",
     "text",
@@ -50,6 +53,9 @@ _EVENT_SKIP: Final = frozenset(
 _DETERMINISM_OWN: Final = frozenset({"category", "provenance", "file", "line"})
 
 _CAMEL_BOUNDARY: Final = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+# A field name becomes part of an attribute key: only identifier-like names qualify (a key can be
+# anything a producer wrote, a credential or escape bytes included).
+_IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_:.-]{0,63}")
 # An event's field names (in order) -> the (field, attribute key) pairs a span event may carry.
 # Events of one type share a shape, so most events cost one lookup instead of a test per field.
 # Indexed by "is a determinism:warning" (those export some fields under their own names).
@@ -67,6 +73,7 @@ def _plan_shape(shape: tuple[str, ...], determinism: bool) -> tuple[tuple[str, s
         for field in shape
         # A non-string key cannot name an attribute.
         if isinstance(field, str)
+        and _IDENTIFIER.fullmatch(field) is not None
         and field not in _EVENT_SKIP
         and not (determinism and field in _DETERMINISM_OWN)
     )
@@ -103,6 +110,8 @@ def compact_json(value: object) -> str:
 
 _NUMBER_TYPES: Final = frozenset({int, float})
 _SCALAR_TYPES: Final = frozenset({int, float, bool})
+# usage field -> the convention's name (invocation spans, agents without invocations), and the
+# rulvar.* name an agent span with invocation children carries its totals under instead.
 _USAGE_FIELDS: Final = (
     ("inputTokens", sc.GEN_AI_USAGE_INPUT_TOKENS),
     ("outputTokens", sc.GEN_AI_USAGE_OUTPUT_TOKENS),
@@ -110,36 +119,51 @@ _USAGE_FIELDS: Final = (
     ("cacheWriteTokens", sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS),
     ("reasoningTokens", sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS),
 )
+_AGENT_TOTAL_FIELDS: Final = (
+    ("inputTokens", sc.RULVAR_USAGE_INPUT_TOKENS),
+    ("outputTokens", sc.RULVAR_USAGE_OUTPUT_TOKENS),
+    ("cacheReadTokens", sc.RULVAR_USAGE_CACHE_READ_INPUT_TOKENS),
+    ("cacheWriteTokens", sc.RULVAR_USAGE_CACHE_CREATION_INPUT_TOKENS),
+    ("reasoningTokens", sc.RULVAR_USAGE_REASONING_OUTPUT_TOKENS),
+)
 
 
-def _add_usage(out: Attrs, usage: object) -> None:
+def _add_usage(out: Attrs, usage: object, fields: tuple[tuple[str, str], ...] = _USAGE_FIELDS) -> None:
     # Parsed JSON is a plain dict: skip the Mapping ABC check (a Python-level call) for it.
     if type(usage) is not dict and not isinstance(usage, Mapping):
         return
     u: Mapping[str, Any] = usage  # pyright: ignore[reportUnknownVariableType]
     get = u.get
-    for field, key in _USAGE_FIELDS:
+    for field, key in fields:
         value: Any = get(field)
         if type(value) in _NUMBER_TYPES:
             out[key] = value
 
 
-def _model_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
-    agent_type = event.get("agentType")
+def provider_name(adapter_id: str) -> str:
+    """``gen_ai.provider.name`` for an (already masked) adapter id: the convention's well-known
+    value when the adapter is one of them, else the adapter id itself."""
+    return sc.GEN_AI_PROVIDER_NAMES.get(adapter_id.lower(), adapter_id)
+
+
+def _model_attributes(event: Mapping[str, Any], mask: Masker, operation: str) -> Attrs:
+    """What agent and invocation spans share (docs/otel-mapping.md#models-and-providers)."""
     model = event.get("model")
-    masked_model = text(model, mask)
+    model_ref = text(model, mask)
     out: Attrs = {
-        sc.AGENT_TYPE: text(agent_type, mask),
-        sc.GEN_AI_REQUEST_MODEL: masked_model,
-        sc.GEN_AI_OPERATION_NAME: text(event.get("role"), mask),
+        sc.AGENT_TYPE: text(event.get("agentType"), mask),
+        sc.GEN_AI_OPERATION_NAME: operation,
+        sc.AGENT_ROLE: text(event.get("role"), mask),
+        sc.MODEL_REF: model_ref,
     }
-    # Derived from the masked ref, so a credential in the ref cannot leak through the split.
-    if isinstance(model, str) and ":" in masked_model:
-        provider = masked_model.split(":", 1)[0]
-        if provider:
-            out[sc.GEN_AI_PROVIDER_NAME] = provider
-    if isinstance(agent_type, str) and agent_type:
-        out[sc.GEN_AI_AGENT_NAME] = mask(agent_type)
+    # Split the *masked* ref, so a credential in it cannot leak through the split.
+    adapter, colon, model_id = model_ref.partition(":") if isinstance(model, str) else ("", "", "")
+    if colon:
+        out[sc.GEN_AI_REQUEST_MODEL] = model_id or UNKNOWN
+        if adapter:
+            out[sc.GEN_AI_PROVIDER_NAME] = provider_name(adapter)
+    else:
+        out[sc.GEN_AI_REQUEST_MODEL] = model_ref
     return out
 
 
@@ -155,11 +179,15 @@ def scope_span_name(kind: str, event: Mapping[str, Any], mask: Masker) -> str:
 
 
 def agent_open_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
-    return _model_attributes(event, mask)
+    out = _model_attributes(event, mask, sc.GEN_AI_OPERATION_INVOKE_AGENT)
+    agent_type = event.get("agentType")
+    if isinstance(agent_type, str) and agent_type:
+        out[sc.GEN_AI_AGENT_NAME] = mask(agent_type)
+    return out
 
 
 def invocation_open_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
-    out = _model_attributes(event, mask)
+    out = _model_attributes(event, mask, sc.GEN_AI_OPERATION_CHAT)
     invocation = event.get("invocation")
     if _is_number(invocation):
         out[sc.INVOCATION] = invocation
@@ -172,16 +200,19 @@ def _money(value: object) -> TypeGuard[int | float]:
     return _is_number(value) and math.isfinite(value)
 
 
-def _spend(event: Mapping[str, Any]) -> Attrs:
+def _spend(event: Mapping[str, Any], usage_fields: tuple[tuple[str, str], ...] = _USAGE_FIELDS) -> Attrs:
     out: Attrs = {}
-    _add_usage(out, event.get("usage"))
+    _add_usage(out, event.get("usage"), usage_fields)
     if _money(cost := event.get("costUsd")):
         out[sc.COST_USD] = cost
     return out
 
 
-def agent_close_attributes(event: Mapping[str, Any]) -> Attrs:
-    out = _spend(event)
+def agent_close_attributes(event: Mapping[str, Any], *, had_invocations: bool = False) -> Attrs:
+    """An agent's closing facts; with invocation children, its usage goes out as ``rulvar.usage.*``
+    so the tokens are counted once, on the invocations (docs/otel-mapping.md#token-usage-on-one-level).
+    """
+    out = _spend(event, _AGENT_TOTAL_FIELDS if had_invocations else _USAGE_FIELDS)
     if _is_number(retry := event.get("retryCount")):
         out[sc.RETRY_COUNT] = retry
     exploration = event.get("exploration")
@@ -228,7 +259,8 @@ def run_close_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
     for field, key in sc.RUN_JSON_FACTS:
         if field in event and event[field] is not None:
             try:
-                out[key] = mask(compact_json(event[field]))
+                # Cleaned before encoding: JSON escapes ("\\n", "\\u001b") would hide a key's start.
+                out[key] = mask(compact_json(map_strings(event[field], mask)))
             except (TypeError, orjson.JSONEncodeError):
                 continue
     envelope = event.get("envelope")
@@ -247,7 +279,8 @@ def run_close_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
 
 
 def error_type(event: Mapping[str, Any], mask: Masker) -> str | None:
-    """The ``error.type`` of a failed closer: a code, never a message."""
+    """The code a failed closer names for ``error.type`` (never a message); None when it has none
+    (the caller then uses ``_OTHER``)."""
     kind = event.get("type")
     code: object = None
     if kind == "agent:end":
@@ -278,14 +311,16 @@ def event_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
         if isinstance(provenance := event.get("provenance"), str):
             out[sc.DETERMINISM_PROVENANCE] = mask(provenance)
         if isinstance(file := event.get("file"), str):
-            out[sc.CODE_FILEPATH] = mask(file)
+            out[sc.CODE_FILEPATH] = out[sc.CODE_FILE_PATH] = mask(file)
         if _is_int(line := event.get("line")):
-            out[sc.CODE_LINENO] = line
+            out[sc.CODE_LINENO] = out[sc.CODE_LINE_NUMBER] = line
     shape = tuple(event)
     plan = _shape_plans[determinism].get(shape)
     if plan is None:
         plan = _plan_shape(shape, determinism)
     for field, key in plan:
+        if mask(field) != field:  # a key the masker changes is a secret: not exported at all
+            continue
         value = event[field]
         kind = type(value)
         if kind in _SCALAR_TYPES:

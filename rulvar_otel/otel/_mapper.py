@@ -1,14 +1,15 @@
 """The span state machine: the one place that knows which spans are open.
 
 :class:`SpanMapper` consumes wire-form events one at a time (``feed``) and is finished once with
-the run's outcome (``finish``). It implements ``spec/otel-mapping.md``; the attribute values come
-from the pure generators in ``_attributes``. Nothing a strange event carries may raise out of
-``feed``: a failure on one event is counted and the stream goes on.
+the run's outcome (``finish``). It implements the contract in ``docs/otel-mapping.md``; the
+attribute values come from the pure generators in ``_attributes``. Nothing a strange event carries
+may raise out of ``feed``: a failure on one event is counted and the stream goes on.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
@@ -28,11 +29,11 @@ from opentelemetry.trace import (
     Tracer,
 )
 
-from rulvar_otel.core.events import parse_ts_ns
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import SecretMasker
 from rulvar_otel.otel import _attributes as ax
 from rulvar_otel.otel import semconv as sc
+from rulvar_otel.otel._clock import EventClock
 from rulvar_otel.otel.ids import SPAN_IDENTITY
 
 __all__ = ["EventObserver", "SpanMapper"]
@@ -45,6 +46,15 @@ SETTLEMENT_FAILED_MESSAGE: Final = (
 SUPERSEDED_MESSAGE: Final = "superseded: a successor owns settlement; this stale terminal is withheld"
 
 _RUN, _PHASE, _AGENT, _INVOCATION, _TOOL, _CHILD = range(6)
+# docs/otel-mapping.md#openinference-span-kinds
+_OPENINFERENCE_KIND: Final = {
+    _RUN: sc.OPENINFERENCE_CHAIN,
+    _PHASE: sc.OPENINFERENCE_CHAIN,
+    _CHILD: sc.OPENINFERENCE_CHAIN,
+    _AGENT: sc.OPENINFERENCE_AGENT,
+    _INVOCATION: sc.OPENINFERENCE_LLM,
+    _TOOL: sc.OPENINFERENCE_TOOL,
+}
 _SCOPE_TYPES: Final = {_PHASE: "phase:start", _CHILD: "child:start", _AGENT: "agent:start"}
 _IDENTITY_PREFIX: Final = {_RUN: "run:", _PHASE: "phase:", _CHILD: "child:", _AGENT: "agent:"}
 _OK_VALUES: Final = frozenset({"ok", "skipped"})
@@ -52,6 +62,10 @@ _STATUS_OK: Final = Status(StatusCode.OK)
 _STATUS_ERROR: Final = Status(StatusCode.ERROR)
 # Bound on the per-export memo of masked strings (ids, names and statuses repeat in every event).
 _MASK_MEMO_LIMIT: Final = 8192
+# Events before the first usable ts wait for one (they take its time); past this many, the wait
+# ends and they take the wall clock, so a stream without any usable ts keeps bounded memory
+# (docs/otel-mapping.md#timestamps).
+_UNTIMED_LIMIT: Final = 1024
 
 
 class EventObserver(Protocol):
@@ -70,6 +84,8 @@ class _Rec:
         "context",
         "desc_end",
         "ended",
+        "events_end",
+        "has_invocations",
         "kind",
         "parent",
         "pending_end",
@@ -88,6 +104,8 @@ class _Rec:
         self.segment = segment
         self.ended = False
         self.desc_end = 0  # latest end among descendants (phases end there)
+        self.events_end = 0  # latest time of its own span events: it never ends before them
+        self.has_invocations = False  # an agent with invocation children reports rulvar.usage.*
         self.pending_end: int | None = None  # a leftover of an earlier segment, ended at finish
         # The context children start in, built once per parent (and rebuilt once it has ended).
         self.child_context: Context | None = None
@@ -115,8 +133,10 @@ class SpanMapper:
         *,
         run_id: str | None = None,
         observers: Iterable[EventObserver] = (),
+        conventions: Iterable[str] = sc.DEFAULT_CONVENTIONS,
     ) -> None:
         self._tracer = tracer
+        self._openinference = sc.CONVENTION_OPENINFERENCE in frozenset(conventions)
         self._identity = _reads_identity(tracer)
         self._mask: Callable[[str], str] = _MaskMemo(masker.mask_flat).__getitem__
         self._run_id = run_id
@@ -127,6 +147,8 @@ class SpanMapper:
         self._tools_by_id: dict[tuple[str, str], _Rec] = {}
         self._tool_fifo: dict[tuple[str, str], deque[_Rec]] = {}
         self._open: list[_Rec] = []  # start order; ended entries are popped lazily from the top
+        # Still-open spans inside a closed scope: they host no more events, but must still be ended.
+        self._stranded: list[_Rec] = []
         self._open_live = 0  # entries of _open not ended: the list is pruned when mostly ended
         self._scopes: list[_Rec] = []  # phase and child spans in start order, lazily popped
         self._phases: list[_Rec] = []
@@ -137,9 +159,10 @@ class SpanMapper:
         self._template: SpanContext | None = None  # the anchor's context, for compact ended spans
         self._current_run: _Rec | None = None
         self._segment = -1
-        self._last_ns: int | None = None
+        self._clock = EventClock()
+        self._ts_cache = self._clock.cache
         self._segment_last_ns = 0
-        self._ts_cache: dict[str, int] = {}
+        self._untimed: list[Mapping[str, Any]] = []  # events before the first usable ts
         self._tool_ordinal = 0
         self.span_count = 0
         self.event_count = 0
@@ -162,25 +185,12 @@ class SpanMapper:
             "agent:stream": _ignore,
         }
 
-    # --- time -----------------------------------------------------------------------------------
-
-    def _time(self, event: Mapping[str, Any]) -> int:
-        ts = event.get("ts")
-        if isinstance(ts, str):
-            ns = self._ts_cache.get(ts)
-            if ns is None:
-                ns = _parse_ts(ts)
-                if ns is not None:
-                    if len(self._ts_cache) > 65536:
-                        self._ts_cache.clear()
-                    self._ts_cache[ts] = ns
-            if ns is not None:
-                self._last_ns = ns
-                return ns
-        # A missing or bad ts takes the previous event's time: never the export time.
-        return self._last_ns if self._last_ns is not None else 0
-
     # --- the public surface ---------------------------------------------------------------------
+
+    @property
+    def bad_timestamps(self) -> int:
+        """Events whose ts was not a string, malformed or out of range (each took another time)."""
+        return self._clock.bad
 
     def feed(self, event: Mapping[str, Any]) -> None:
         """Map one wire-form event. Never raises for any event shape."""
@@ -195,21 +205,53 @@ class SpanMapper:
             ts = event.get("ts")
             ns = self._ts_cache.get(ts) if type(ts) is str else None
             if ns is None:
-                ns = self._time(event)
+                ns = self._clock.time(event, self.event_count)
+                if ns is None:
+                    self._hold_untimed(event)
+                elif self._untimed:
+                    self._release_untimed(ns)
             else:
-                self._last_ns = ns
-            kind = event.get("type")
-            handler = self._handlers.get(kind) if isinstance(kind, str) else None
-            if handler is None:
-                self._attach_event(event, ns, kind if isinstance(kind, str) else "(unknown)")
-            else:
-                handler(event, ns)
-            self._segment_last_ns = ns
+                self._clock.last_ns = ns
+            if ns is not None:
+                self._map(event, ns)
         except Exception:  # noqa: BLE001 - a strange event never breaks the host or the export
             self.failed_events += 1
             _log.debug("rulvar_otel: event %s could not be mapped", self.event_count, exc_info=True)
         if self._observers:
             self._notify(event)
+
+    def _map(self, event: Mapping[str, Any], ns: int) -> None:
+        kind = event.get("type")
+        handler = self._handlers.get(kind) if isinstance(kind, str) else None
+        if handler is None:
+            self._attach_event(event, ns, kind if isinstance(kind, str) else "(unknown)")
+        else:
+            handler(event, ns)
+        self._segment_last_ns = ns
+
+    def _hold_untimed(self, event: Mapping[str, Any]) -> None:
+        """No usable ts yet: the event waits for the first one (never 1970, never a guess)."""
+        self._untimed.append(event)
+        if len(self._untimed) >= _UNTIMED_LIMIT:
+            self._release_untimed(self._wall_clock())
+
+    def _release_untimed(self, ns: int) -> None:
+        held, self._untimed = self._untimed, []
+        self._clock.last_ns = ns
+        for event in held:
+            try:
+                self._map(event, ns)
+            except Exception:  # noqa: BLE001
+                self.failed_events += 1
+                _log.debug("rulvar_otel: a held event could not be mapped", exc_info=True)
+
+    def _wall_clock(self) -> int:
+        """The last resort for a stream with no usable ts at all: the time of export, said aloud."""
+        _log.warning(
+            "rulvar_otel: %d events arrived without any usable ts; they are stamped with the export time",
+            len(self._untimed),
+        )
+        return time.time_ns()
 
     def _notify(self, event: Mapping[str, Any]) -> None:
         for observer in self._observers:
@@ -224,8 +266,10 @@ class SpanMapper:
             return self.span_count
         self.finished = True
         ok = isinstance(outcome, RunOutcome) and outcome.status == "ok"
-        last = self._last_ns if self._last_ns is not None else 0
         try:
+            if self._untimed:
+                self._release_untimed(self._wall_clock())
+            last = self._clock.last_ns if self._clock.last_ns is not None else 0
             # Leftovers of earlier segments end where their segment ended.
             for rec in self._leftovers:
                 if not rec.ended:
@@ -234,13 +278,17 @@ class SpanMapper:
             for rec in reversed(self._open):
                 if not rec.ended and rec.kind != _PHASE:
                     self._end_inferred(rec, last, ok)
-            # Phases last, deepest first: each ends at its latest descendant (or its own start).
+            for rec in self._stranded:
+                if not rec.ended and rec.kind != _PHASE:
+                    self._end_inferred(rec, last, ok)
+            # Phases last, deepest first: each ends at the latest of its descendants' ends and its
+            # own span events, or at its own start (docs/otel-mapping.md#ending-spans-without-a-closer).
             for rec in reversed(self._phases):
                 if not rec.ended:
-                    end = rec.desc_end if rec.desc_end > rec.start_ns else rec.start_ns
-                    self._end_inferred(rec, end, ok)
+                    self._end_inferred(rec, max(rec.desc_end, rec.events_end, rec.start_ns), ok)
         except Exception:  # noqa: BLE001
             _log.debug("rulvar_otel: finishing spans failed", exc_info=True)
+        self._clock.summarize()
         for observer in self._observers:
             try:
                 observer.finish(outcome)
@@ -278,6 +326,10 @@ class SpanMapper:
             attrs[sc.REPLAYED] = True
         if attributes:
             attrs.update(attributes)
+        if kind in (_AGENT, _RUN) and run_id is not None:
+            attrs[sc.GEN_AI_CONVERSATION_ID] = run_id
+        if self._openinference:
+            attrs[sc.OPENINFERENCE_SPAN_KIND] = _OPENINFERENCE_KIND[kind]
         context: Context | None = Context() if parent is None else parent.child_context
         if context is None and parent is not None:
             context = parent.child_context = trace.set_span_in_context(
@@ -321,13 +373,17 @@ class SpanMapper:
         if span is None:
             return
         ok = False
+        literal: str | None = None
         if isinstance(status, str):
-            attributes[sc.STATUS] = self._mask(status)
+            literal = attributes[sc.STATUS] = self._mask(status)
             ok = status in _OK_VALUES and not force_error
-        if not ok and error_source is not None:
-            error_type = ax.error_type(error_source, self._mask)
-            if error_type is not None:
-                attributes[sc.ERROR_TYPE] = error_type
+        if not ok:
+            # docs/otel-mapping.md#errors: every ERROR span names an error.type; its status
+            # description is the closer's status literal (an enum value, never a message).
+            code = ax.error_type(error_source, self._mask) if error_source is not None else None
+            attributes[sc.ERROR_TYPE] = code if code is not None else sc.ERROR_TYPE_OTHER
+            if message is None:
+                message = literal
         # A lone attribute (most tool closers) is cheaper through set_attribute; for more, one
         # set_attributes call takes the SDK's span lock once instead of once per attribute.
         if len(attributes) == 1:
@@ -347,6 +403,8 @@ class SpanMapper:
             return
         if ns < rec.start_ns:
             ns = rec.start_ns  # a clock step backwards must not make a negative duration
+        if ns < rec.events_end:
+            ns = rec.events_end  # nor leave one of its span events outside it
         span.end(end_time=ns)
         rec.ended = True
         rec.span = None  # release the SDK span; the context is all a late child needs
@@ -379,8 +437,12 @@ class SpanMapper:
         span = rec.span
         if span is None:
             return
-        span.set_attribute(sc.END_INFERRED, True)
-        span.set_status(_STATUS_OK if ok else _STATUS_ERROR)
+        if ok:
+            span.set_attribute(sc.END_INFERRED, True)
+            span.set_status(_STATUS_OK)
+        else:
+            span.set_attributes({sc.END_INFERRED: True, sc.ERROR_TYPE: sc.ERROR_TYPE_OTHER})
+            span.set_status(_STATUS_ERROR)
         self._end(rec, ns)
 
     # --- lookups --------------------------------------------------------------------------------
@@ -400,10 +462,19 @@ class SpanMapper:
         )
 
     def _innermost_open(self) -> _Rec | None:
+        """The most recently started span still open, as a span and as a scope."""
         stack = self._open
-        while stack and (stack[-1].ended or stack[-1].pending_end is not None):
-            stack.pop()
-        return stack[-1] if stack else None
+        while stack:
+            top = stack[-1]
+            if top.ended or top.pending_end is not None:
+                stack.pop()
+            elif _scope_closed(top):
+                # Open, but its child workflow or segment has finished: it hosts nothing more
+                # (docs/otel-mapping.md#where-a-span-event-lands); it is still ended later.
+                self._stranded.append(stack.pop())
+            else:
+                return top
+        return None
 
     def _innermost_scope(self) -> _Rec | None:
         stack = self._scopes
@@ -446,7 +517,7 @@ class SpanMapper:
         span_id = event.get("spanId")
         if isinstance(span_id, str):
             rec = self._by_span_id.get(span_id)
-            if rec is not None and not rec.ended and rec.pending_end is None:
+            if rec is not None and not rec.ended and rec.pending_end is None and not _scope_closed(rec):
                 return rec
         return self._innermost_open()
 
@@ -459,15 +530,20 @@ class SpanMapper:
         *,
         replayed: bool = False,
     ) -> None:
-        if host is None or not self._is_open(host):
+        if host is None or not self._is_open(host) or _scope_closed(host):
             host = self._host_for(event)
-        span = host.span if host is not None else None
-        if span is None:
+        if host is None or host.span is None:
             return  # nothing open: there is nowhere to put it
         attrs = ax.event_attributes(event, self._mask)
         if replayed:
             attrs[sc.REPLAYED] = True
-        span.add_event(self._mask(name), attributes=attrs, timestamp=ns)
+        # Every span event lies within its span: never before its start, and the span's end
+        # (closer or inferred) never comes before its latest event.
+        if ns < host.start_ns:
+            ns = host.start_ns
+        if ns > host.events_end:
+            host.events_end = ns
+        host.span.add_event(self._mask(name), attributes=attrs, timestamp=ns)
 
     def _duplicate_opener(self, existing: _Rec, event: Mapping[str, Any], ns: int) -> None:
         """An opener whose span already exists never opens a second one."""
@@ -485,11 +561,19 @@ class SpanMapper:
         """A new run:start begins a segment: the previous one's leftovers end at its last event."""
         segment = self._segment
         end = self._segment_last_ns
-        # The open stack holds every span still open in this segment, in start order.
-        for rec in self._open:
-            if not rec.ended and rec.segment == segment and rec.kind != _PHASE and rec.kind != _RUN:
+        # The open stack (and the stranded list) hold every span still open in this segment.
+        for rec in (*self._stranded, *self._open):
+            if (
+                not rec.ended
+                and rec.pending_end is None
+                and rec.segment == segment
+                and rec.kind != _PHASE
+                and rec.kind != _RUN
+            ):
                 rec.pending_end = end
                 self._leftovers.append(rec)
+        # Every stranded span is now ended or a leftover: nothing left to keep it for.
+        self._stranded = []
 
     def _on_run_start(self, event: Mapping[str, Any], ns: int) -> None:
         span_id = event.get("spanId")
@@ -565,7 +649,8 @@ class SpanMapper:
         if rec is None:
             self._attach_event(event, ns, "agent:end")
             return
-        self._close(rec, ns, ax.agent_close_attributes(event), event.get("status"), error_source=event)
+        attrs = ax.agent_close_attributes(event, had_invocations=rec.has_invocations)
+        self._close(rec, ns, attrs, event.get("status"), error_source=event)
 
     def _owner(
         self, span_id: object, event: Mapping[str, Any], attrs: dict[str, ax.AttrValue]
@@ -587,6 +672,8 @@ class SpanMapper:
         identity = f"inv:{key[0]}:{key[1]}" if self._identity else ""
         rec = self._start(_INVOCATION, name, event, ns, parent, identity, attrs)
         self._invocations[key] = rec
+        if parent is not None and parent.kind == _AGENT:
+            parent.has_invocations = True
 
     def _on_invocation_end(self, event: Mapping[str, Any], ns: int) -> None:
         span_id = event.get("spanId")
@@ -595,7 +682,7 @@ class SpanMapper:
         if rec is None or not self._is_open(rec):
             self._attach_event(event, ns, "agent:phase:end")
             return
-        self._close(rec, ns, ax.invocation_close_attributes(event), event.get("outcome"))
+        self._close(rec, ns, ax.invocation_close_attributes(event), event.get("outcome"), error_source=event)
         self._invocations[key] = _ENDED_INVOCATION
 
     def _on_tool_start(self, event: Mapping[str, Any], ns: int) -> None:
@@ -667,10 +754,19 @@ def _reads_identity(tracer: Tracer) -> bool:
 
 
 def _scope_closed(rec: _Rec) -> bool:
+    """Whether ``rec`` lies in a child workflow or segment that has closed (``rec`` included).
+
+    The walk stops at the run span of the segment: later segments hang off the first run span
+    for the trace's sake, but the first segment's end does not close them.
+    """
     node: _Rec | None = rec
     while node is not None:
-        if (node.kind == _CHILD or node.kind == _RUN) and (node.ended or node.pending_end is not None):
-            return True
+        kind = node.kind
+        if kind in (_CHILD, _RUN):
+            if node.ended or node.pending_end is not None:
+                return True
+            if kind == _RUN:
+                return False
         node = node.parent
     return False
 
@@ -699,6 +795,3 @@ def _hashable(value: object) -> object:
 
 def _ignore(event: Mapping[str, Any], ns: int) -> None:
     """Stream deltas are content: they never become span events."""
-
-
-_parse_ts = parse_ts_ns

@@ -34,6 +34,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import Tracer
 from opentelemetry.util.re import parse_env_headers
 
+from rulvar_otel.core.masking import redact_url
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.otel import semconv
 from rulvar_otel.otel._otlp_json import DEFAULT_OTLP_JSON_PATH, OtlpJsonFileExporter
@@ -92,7 +93,7 @@ class OtlpTarget:
     timeout_s: float
 
     def describe(self) -> str:
-        return f"OTLP {self.protocol} endpoint {self.endpoint}"
+        return f"OTLP {self.protocol} endpoint {redact_url(self.endpoint)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,12 +151,12 @@ def _check_endpoint(url: str, origin: str) -> None:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(
             f"{origin} must be an http:// or https:// URL with a host, e.g. http://localhost:4317 "
-            f"(got {url!r})"
+            f"(got {redact_url(url)!r})"
         )
     try:
         parts.port  # noqa: B018 - validates the port
     except ValueError as exc:
-        raise ConfigError(f"{origin} has an invalid port (got {url!r})") from exc
+        raise ConfigError(f"{origin} has an invalid port (got {redact_url(url)!r})") from exc
 
 
 def _timeout_from_env(environ: Mapping[str, str]) -> float | None:
@@ -370,7 +371,9 @@ class TraceDelivery:
 
     @property
     def tracer(self) -> Tracer:
-        return self.provider.get_tracer(semconv.INSTRUMENTATION_SCOPE)
+        return self.provider.get_tracer(
+            semconv.INSTRUMENTATION_SCOPE, semconv.INSTRUMENTATION_VERSION, schema_url=semconv.SCHEMA_URL
+        )
 
     @property
     def spans(self) -> list[ReadableSpan]:

@@ -1,13 +1,23 @@
 """Every attribute, span-event and metric name the package emits, in one place.
 
 Dashboards, alert rules, collector configs and tests read names from here, so nothing can query a
-name the exporter does not write. ``gen_ai.*`` names follow the OpenTelemetry GenAI semantic
-conventions (still flagged unstable upstream: the mapping is documented per release).
+name the exporter does not write. ``gen_ai.*``, ``error.type`` and ``code.*`` names follow the
+OpenTelemetry semantic conventions release :data:`SEMCONV_VERSION` (the GenAI part is flagged
+"development" upstream, so the mapping may change in a minor release of this package);
+``openinference.*`` names follow the OpenInference conventions Phoenix and Arize read. The
+mapping itself is documented in ``docs/otel-mapping.md``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
+
+from rulvar_otel import __version__
+
+# Attribute (and metric) names are declared ``NAME: Final = "..."``; every other constant here (a
+# value, a version, a table) carries an explicit type, ``Final[...]``, so tools that list the
+# names we emit by reading this module (tests/test_collector_config.py) see only names.
 
 # --- every span -------------------------------------------------------------------------------
 RUN_ID: Final = "rulvar.run_id"
@@ -21,6 +31,15 @@ END_INFERRED: Final = "rulvar.span.end_inferred"
 
 # --- agent and invocation spans ---------------------------------------------------------------
 AGENT_TYPE: Final = "rulvar.agent_type"
+AGENT_ROLE: Final = "rulvar.agent.role"  # the Rulvar role (loop, extract, ...)
+MODEL_REF: Final = "rulvar.model_ref"  # the masked ``adapterId:model`` ref, whole
+# An agent span with invocation children carries its totals under these names, so summing
+# gen_ai.usage.* over a trace counts every token once (docs/otel-mapping.md#token-usage-on-one-level).
+RULVAR_USAGE_INPUT_TOKENS: Final = "rulvar.usage.input_tokens"
+RULVAR_USAGE_OUTPUT_TOKENS: Final = "rulvar.usage.output_tokens"
+RULVAR_USAGE_CACHE_READ_INPUT_TOKENS: Final = "rulvar.usage.cache_read.input_tokens"
+RULVAR_USAGE_CACHE_CREATION_INPUT_TOKENS: Final = "rulvar.usage.cache_creation.input_tokens"
+RULVAR_USAGE_REASONING_OUTPUT_TOKENS: Final = "rulvar.usage.reasoning.output_tokens"
 INVOCATION: Final = "rulvar.invocation"
 COST_USD: Final = "rulvar.cost_usd"
 RETRY_COUNT: Final = "rulvar.retry_count"
@@ -63,14 +82,24 @@ RUN_JSON_FACTS: Final = (
 EVENT_FIELD_PREFIX: Final = "rulvar.event."
 DETERMINISM_CATEGORY: Final = "rulvar.determinism.category"
 DETERMINISM_PROVENANCE: Final = "rulvar.determinism.provenance"
+# code.filepath / code.lineno are the names the reference exports (deprecated by the convention);
+# code.file.path / code.line.number are their current convention names, set beside them.
 CODE_FILEPATH: Final = "code.filepath"
 CODE_LINENO: Final = "code.lineno"
+CODE_FILE_PATH: Final = "code.file.path"
+CODE_LINE_NUMBER: Final = "code.line.number"
 
 # --- OpenTelemetry GenAI semantic conventions -------------------------------------------------
+# The release followed: the last semantic-conventions release that still carries the GenAI
+# conventions (they have since moved to their own repository, which publishes no schema yet).
+SEMCONV_VERSION: Final[str] = "1.41.0"
+SCHEMA_URL: Final[str] = "https://opentelemetry.io/schemas/" + SEMCONV_VERSION
+
 GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
 GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
 GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
 GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
 GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
 GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
 GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
@@ -80,12 +109,74 @@ GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
 GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: Final = "gen_ai.usage.cache_read.input_tokens"
 GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: Final = "gen_ai.usage.cache_creation.input_tokens"
 GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: Final = "gen_ai.usage.reasoning.output_tokens"
-GEN_AI_OPERATION_EXECUTE_TOOL: Final = "execute_tool"
+# gen_ai.operation.name values
+GEN_AI_OPERATION_INVOKE_AGENT: Final[str] = "invoke_agent"
+GEN_AI_OPERATION_CHAT: Final[str] = "chat"
+GEN_AI_OPERATION_EXECUTE_TOOL: Final[str] = "execute_tool"
+# Adapter id (lower-cased) -> the convention's well-known gen_ai.provider.name value. An adapter id
+# that is not listed is exported as it is (masked). The well-known values map to themselves.
+GEN_AI_PROVIDER_NAMES: Final[Mapping[str, str]] = {
+    **{
+        value: value
+        for value in (
+            "anthropic",
+            "aws.bedrock",
+            "azure.ai.inference",
+            "azure.ai.openai",
+            "cohere",
+            "deepseek",
+            "gcp.gemini",
+            "gcp.gen_ai",
+            "gcp.vertex_ai",
+            "groq",
+            "ibm.watsonx.ai",
+            "mistral_ai",
+            "openai",
+            "perplexity",
+            "x_ai",
+        )
+    },
+    "bedrock": "aws.bedrock",
+    "aws-bedrock": "aws.bedrock",
+    "amazon-bedrock": "aws.bedrock",
+    "azure": "azure.ai.openai",
+    "azure-openai": "azure.ai.openai",
+    "azure-ai-inference": "azure.ai.inference",
+    "gemini": "gcp.gemini",
+    "google": "gcp.gemini",
+    "google-ai": "gcp.gemini",
+    "vertex": "gcp.vertex_ai",
+    "vertexai": "gcp.vertex_ai",
+    "vertex-ai": "gcp.vertex_ai",
+    "google-vertex": "gcp.vertex_ai",
+    "mistral": "mistral_ai",
+    "mistralai": "mistral_ai",
+    "xai": "x_ai",
+    "x-ai": "x_ai",
+    "watsonx": "ibm.watsonx.ai",
+    "ibm-watsonx": "ibm.watsonx.ai",
+}
+# error.type when a failed span has no code (the convention's fallback value).
 ERROR_TYPE: Final = "error.type"
+ERROR_TYPE_OTHER: Final[str] = "_OTHER"
+
+# --- OpenInference (Phoenix, Arize) -----------------------------------------------------------
+# On by default; ``conventions=()`` on to_otel/export_events/create_mapper switches them off.
+CONVENTION_OPENINFERENCE: Final[str] = "openinference"
+CONVENTIONS: Final[frozenset[str]] = frozenset({CONVENTION_OPENINFERENCE})
+DEFAULT_CONVENTIONS: Final[frozenset[str]] = frozenset({CONVENTION_OPENINFERENCE})
+OPENINFERENCE_SPAN_KIND: Final = "openinference.span.kind"
+OPENINFERENCE_CHAIN: Final[str] = "CHAIN"  # run, phase and child-workflow spans
+OPENINFERENCE_AGENT: Final[str] = "AGENT"
+OPENINFERENCE_LLM: Final[str] = "LLM"  # invocation spans
+OPENINFERENCE_TOOL: Final[str] = "TOOL"
+# A resource attribute (set on the TracerProvider, not by the mapper): the Phoenix project.
+OPENINFERENCE_PROJECT_NAME: Final = "openinference.project.name"
 
 # --- resource ---------------------------------------------------------------------------------
 DEFAULT_SERVICE_NAME: Final = "rulvar"
 INSTRUMENTATION_SCOPE: Final = "rulvar_otel"
+INSTRUMENTATION_VERSION: Final[str] = __version__
 
 # --- metrics ----------------------------------------------------------------------------------
 # Instrument names and the metric-only attribute keys. Definitions (kind, unit, buckets, the
@@ -113,6 +204,9 @@ METRIC_ORCHESTRATOR_SHARE: Final = "rulvar.orchestrator.share"
 METRIC_ABANDONED_COST: Final = "rulvar.plan.abandoned.cost"
 METRIC_RECLAIMED_COST: Final = "rulvar.plan.reclaimed.cost"
 METRIC_NET_LOST_COST: Final = "rulvar.plan.net_lost.cost"
+METRIC_INVOCATION_TOKEN_USAGE: Final = "rulvar.invocation.token.usage"
+METRIC_INVOCATION_DURATION: Final = "rulvar.invocation.duration"
+# Per provider request, by the GenAI conventions: recorded where the engine calls the provider.
 GEN_AI_CLIENT_TOKEN_USAGE: Final = "gen_ai.client.token.usage"
 GEN_AI_CLIENT_OPERATION_DURATION: Final = "gen_ai.client.operation.duration"
 

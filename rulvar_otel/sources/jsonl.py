@@ -4,11 +4,14 @@ Lines come back as wire-form dicts (no pydantic model per line: parsing would do
 export's cost). A line that cannot be an event (bad JSON, not an object, a missing or mistyped
 envelope field) is reported as a :class:`~rulvar_otel.errors.StreamLineError` naming its line
 number and skipped, so the rest of the stream still exports; ``strict=True`` raises the first one
-instead. Blank lines are ignored.
+instead. Blank lines are ignored, and a UTF-8 byte-order mark opening line 1 is stripped. A text
+stream behaves like a path: a line with bytes that are not UTF-8 is one line's diagnostic.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -185,19 +188,33 @@ class JsonlEventSource:
 
     def _lines(self) -> Iterator[dict[str, Any]]:
         loads = orjson.loads
-        lines = cast("Iterable[bytes | str]", self._stream)
+        stream = self._stream
+        # A text stream decodes before orjson sees a line, and one bad byte would end the whole
+        # read; decoded with surrogate escapes instead, the bad line reaches orjson, which refuses
+        # it like the same bytes read from a path, and the rest of the stream still exports.
+        restore_errors: str | None = None
+        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+            try:
+                stream.reconfigure(errors="surrogateescape")
+                restore_errors = "strict"
+            except (OSError, ValueError):
+                pass
+        lines = cast("Iterable[bytes | str]", stream)
         try:
             for line_number, line in enumerate(lines, start=1):
                 self.lines_read = line_number
                 try:
                     obj = loads(line)
                 except orjson.JSONDecodeError as exc:
-                    # Blank lines are rare: checked only once the parser refused the line.
+                    # Blank lines and a byte-order mark are rare: checked only once the parser
+                    # refused the line.
                     if not line.strip():
                         continue
-                    # orjson's message carries positions only, never the offending text.
-                    self._report(line_number, f"invalid JSON ({exc.msg})")
-                    continue
+                    obj = _without_bom(line) if line_number == 1 else None
+                    if obj is None:
+                        # orjson's message carries positions only, never the offending text.
+                        self._report(line_number, f"invalid JSON ({exc.msg})")
+                        continue
                 if type(obj) is not dict:
                     self._report(line_number, f"expected a JSON object, got {_type_name(obj)}")
                     continue
@@ -210,10 +227,28 @@ class JsonlEventSource:
         except OSError as exc:
             raise SourceError(f"cannot read {self.name}: {exc.strerror or exc}") from exc
         except UnicodeDecodeError as exc:
-            # Only text-mode streams decode before orjson sees the line.
+            # Only a text stream that could not take surrogate escapes gets here.
             raise SourceError(f"cannot read {self.name}: not UTF-8 text ({exc.reason})") from exc
         finally:
+            if restore_errors is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    stream.reconfigure(errors=restore_errors)  # type: ignore[union-attr]
             self.close()
+
+
+def _without_bom(line: bytes | str) -> object | None:
+    """Line 1 parsed without its UTF-8 byte-order mark, or None when it has none or stays bad."""
+    if isinstance(line, bytes):
+        stripped: bytes | str | None = line[3:] if line.startswith(b"\xef\xbb\xbf") else None
+    else:
+        stripped = line[1:] if line.startswith("\ufeff") else None
+    if stripped is None:
+        return None
+    try:
+        value: object = orjson.loads(stripped)
+    except orjson.JSONDecodeError:
+        return None
+    return value
 
 
 def open_jsonl(

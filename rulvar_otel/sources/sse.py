@@ -6,13 +6,17 @@
 are every event of the run exactly once, in order, across any number of disconnects:
 
 - after any disconnect or server close before the run's final ``run:end`` the client reconnects
-  with ``Last-Event-ID: <last seq>`` (bounded exponential backoff, a limit on consecutive
-  attempts that delivered nothing), and drops any event whose ``seq`` it already delivered;
+  with ``Last-Event-ID: <last seq>`` and drops any event whose ``seq`` it already delivered.
+  Every reconnect waits: briefly after the server's slow-consumer close, with a growing backoff
+  after any other short-lived connection. Consecutive attempts that deliver nothing are bounded
+  (a server that never answers, answers with nothing, or closes at once counts as one);
 - a ``run:end`` with status ``suspended`` is not the end: the server keeps the connection open
   and sends the resumed segment on it (``until_suspended=True`` stops there instead);
 - comment notes become typed :class:`SseNote` diagnostics: a replay-window gap, a slow-consumer
   close, a run that failed before settling, and "run is not live in this process" (which never
-  carries events: the client stops and takes the terminal facts ``GET /runs/:id`` gives);
+  carries events: the client stops and builds the run span from the facts ``GET /runs/:id``
+  gives, see :func:`terminal_facts_events`); keep-alive comments are only counted;
+- one SSE line or frame is bounded (:attr:`ReconnectPolicy.max_frame_bytes`);
 - the outcome (``handle.result``) is the server's ``GET /runs/:id`` body once the stream ends,
   or the stream's last ``run:end`` when that request fails;
 - an unknown run (404) raises :class:`~rulvar_otel.errors.RunNotFoundError`.
@@ -23,23 +27,22 @@ Every note's text is masked and terminal-sanitized before it is kept: a server i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Final, Literal
 from urllib.parse import quote, urlsplit
 
 import httpx
 import orjson
 
-# httpx-sse's incremental decoders; its public EventSource drops comment lines, and the notes
-# this protocol sends ride exactly those, so the lines are split here and comments intercepted.
-from httpx_sse._decoders import SSEDecoder, SSELineDecoder
-
 from rulvar_otel.core.handle import EventLike, RecordedRunHandle, RunOutcome, outcome_from_run_end
-from rulvar_otel.core.masking import SecretMasker, default_masker, sanitize_terminal_text
+from rulvar_otel.core.masking import SecretMasker, default_masker, redact_url, sanitize_terminal_text
 from rulvar_otel.errors import ConfigError, RunNotFoundError, SourceError
+from rulvar_otel.sources._sse_lines import LineSplitter, OversizeLineError
+from rulvar_otel.sources._terminal_facts import terminal_facts_events, ulid_time
 from rulvar_otel.sources.jsonl import check_envelope
 
 __all__ = [
@@ -51,13 +54,22 @@ __all__ = [
     "fetch_run_status",
     "follow_server_run",
     "outcome_from_status",
+    "terminal_facts_events",
+    "ulid_time",
 ]
 
-NoteKind = Literal["gap", "slow-consumer", "run-failed", "not-live", "bad-frame", "comment"]
+NoteKind = Literal[
+    "gap", "slow-consumer", "run-failed", "not-live", "bad-frame", "other-run", "oversize", "comment"
+]
 
 _NOTE_LIMIT: Final = 300  # characters kept of one note: a server cannot flood the diagnostics
+_NOTE_SCAN: Final = 2 * _NOTE_LIMIT  # characters of a raw note masked before it is cut
 _MAX_NOTES: Final = 1000
 _GAP = re.compile(r"starts at seq (\d+)|(\d+) earlier events? (?:were|was) dropped")
+# The Rulvar server's slow-consumer close ("pending frames reached maxPendingEventsPerClient
+# (20); reconnect with Last-Event-ID to continue") and the older "slow consumer" wording.
+_SLOW_CONSUMER = re.compile(r"maxpendingeventsperclient|pending frames reached|slow[ -]consumer")
+_HEARTBEAT = re.compile(r"[\s.:]*(?:heartbeat|ping|keep-?alive|hb)?[\s\d:.tz+-]*")
 
 
 @dataclass(frozen=True)
@@ -73,26 +85,48 @@ class SseNote:
 
 @dataclass(frozen=True)
 class ReconnectPolicy:
-    """How hard the client tries. Every wait and every request is bounded."""
+    """How hard the client tries. Every wait, every request and every frame is bounded."""
 
     max_attempts: int = 8  # consecutive connections that delivered no new event
     initial_backoff_s: float = 0.25
     max_backoff_s: float = 5.0
     multiplier: float = 2.0
     connect_timeout_s: float = 5.0
+    # A server that accepts the connection but sends no response head within this time is a
+    # failed attempt (it is not a quiet run: a quiet run's server has answered).
+    response_timeout_s: float = 10.0
     # An open stream quiet this long is re-established (a suspension may last days; a dead
-    # peer must not hang the client). Quiet reconnects do not count as failed attempts.
+    # peer must not hang the client). A quiet reconnect counts as a failed attempt only when the
+    # connection carried no byte at all after its head.
     read_timeout_s: float = 300.0
+    # The server asked the client to reconnect (slow consumer): a short pause, then resume.
+    slow_consumer_backoff_s: float = 0.1
+    # A connection that lived this long was healthy: the next reconnect starts the backoff over.
+    # Shorter ones that end without a slow-consumer note grow it, progress or not.
+    stable_after_s: float = 30.0
+    # One SSE line or one frame's data beyond this is refused (the connection is dropped and the
+    # attempt fails): an endless data line cannot grow memory.
+    max_frame_bytes: int = 16 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
             raise ConfigError(f"max_attempts must be at least 1, got {self.max_attempts}")
-        for name in ("initial_backoff_s", "max_backoff_s", "connect_timeout_s", "read_timeout_s"):
+        for name in (
+            "initial_backoff_s",
+            "max_backoff_s",
+            "connect_timeout_s",
+            "response_timeout_s",
+            "read_timeout_s",
+            "slow_consumer_backoff_s",
+            "stable_after_s",
+        ):
             value = getattr(self, name)
             if not value >= 0:
                 raise ConfigError(f"{name} must be a non-negative number, got {value!r}")
         if self.multiplier < 1:
             raise ConfigError(f"multiplier must be at least 1, got {self.multiplier}")
+        if self.max_frame_bytes < 1024:
+            raise ConfigError(f"max_frame_bytes must be at least 1024, got {self.max_frame_bytes}")
 
     def backoff(self, failures: int) -> float:
         if failures <= 0:
@@ -110,13 +144,20 @@ class SseStats:
     not_live: bool = False
     run_failed: bool = False
     suspended_stops: int = 0
+    heartbeats: int = 0  # keep-alive comments (never notes)
+    # Not live and nothing streamed: the run span was built from GET /runs/:id alone.
+    terminal_facts_only: bool = False
+    # The time that span carries and where it came from ("run id" or "status"), or None when no
+    # fact dates the run (then no span is exported).
+    terminal_facts_time_source: str | None = None
     notes: list[SseNote] = field(default_factory=list[SseNote])
 
 
 def _base_url(server: str) -> str:
     parts = urlsplit(server)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(f"--server must be an http(s) URL such as http://127.0.0.1:8787, got {server!r}")
+        shown = redact_url(server)
+        raise ConfigError(f"--server must be an http(s) URL such as http://127.0.0.1:8787, got {shown!r}")
     return server.rstrip("/")
 
 
@@ -129,7 +170,7 @@ def _error_detail(response: httpx.Response) -> str:
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         code = body["error"].get("code")
         if isinstance(code, str):
-            return f" (code {sanitize_terminal_text(default_masker().mask(code))[:80]})"
+            return f" (code {default_masker().clean(code)[:80]})"
     return ""
 
 
@@ -162,41 +203,29 @@ async def fetch_run_status(
     return body
 
 
-def terminal_facts_events(
-    run_id: str, outcome: RunOutcome, now: datetime | None = None
-) -> list[dict[str, Any]]:
-    """A run span's worth of events built from ``GET /runs/:id`` alone.
-
-    A run that is not live in the server's process never streams an event, but its terminal facts
-    (status, envelope, completion) are still worth a span. They carry no time of their own, so the
-    pair is stamped with the time they were read.
-    """
-    stamp = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-    extra = outcome.model_extra or {}
-    workflow = extra.get("workflow")
-    base = {"runId": run_id, "ts": stamp, "spanId": "run-status"}
-    end: dict[str, Any] = {**base, "seq": 1, "type": "run:end", "status": outcome.status}
-    envelope = outcome.envelope
-    if isinstance(envelope, Mapping):
-        end["envelope"] = dict(envelope)
-        if isinstance(total := envelope.get("totalUsd"), int | float):
-            end["totalUsd"] = total
-        if isinstance(workflow, str) is False and isinstance(envelope.get("workflow"), str):
-            workflow = envelope["workflow"]
-    if outcome.completion is not None:
-        end["completion"] = outcome.completion
-    start = {**base, "seq": 0, "type": "run:start", "workflow": workflow, "resumed": False}
-    return [start, end]
-
-
 class _DisconnectError(Exception):
-    """One connection ended before the run did; ``progressed`` says whether it delivered."""
+    """One connection ended before the run did.
 
-    def __init__(self, reason: str, *, progressed: bool, quiet: bool = False) -> None:
+    ``progressed``: it delivered a new event; ``quiet``: it was open and alive (it carried bytes)
+    but silent past the idle timeout; ``slow``: the server closed it as a slow consumer;
+    ``lived_s``: how long it was open.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        progressed: bool,
+        quiet: bool = False,
+        slow: bool = False,
+        lived_s: float = 0.0,
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.progressed = progressed
         self.quiet = quiet
+        self.slow = slow
+        self.lived_s = lived_s
 
 
 class ServerRunHandle:
@@ -222,6 +251,7 @@ class ServerRunHandle:
         if not run_id:
             raise ConfigError("--run must name a run id")
         self._server = _base_url(server)
+        self._shown = redact_url(self._server)  # for messages: no userinfo
         self._run_id = run_id
         self._until_suspended = until_suspended
         self._policy = policy or ReconnectPolicy()
@@ -281,7 +311,8 @@ class ServerRunHandle:
         return httpx.AsyncClient(base_url=self._server, timeout=timeout, transport=self._transport)
 
     def _note(self, kind: NoteKind, raw: str, **extra: int | None) -> SseNote:
-        text = sanitize_terminal_text(self._masker.mask(raw.strip()))[:_NOTE_LIMIT]
+        # Cleaned on a bounded prefix (a note can be a megabyte long), then cut to the limit.
+        text = self._masker.clean(raw.strip()[:_NOTE_SCAN])[:_NOTE_LIMIT]
         note = SseNote(kind, text, self.stats.last_seq, **extra)
         if len(self.stats.notes) < _MAX_NOTES:
             self.stats.notes.append(note)
@@ -292,8 +323,12 @@ class ServerRunHandle:
                 pass
         return note
 
-    def _comment(self, raw: str) -> NoteKind:
-        lowered = raw.lower()
+    def _comment(self, raw: str) -> NoteKind | None:
+        """Classify one comment line (``raw`` without its colon); ``None`` for a keep-alive."""
+        lowered = raw[:_NOTE_SCAN].lower()
+        if _HEARTBEAT.fullmatch(lowered):
+            self.stats.heartbeats += 1
+            return None
         if "not live in this process" in lowered:
             self.stats.not_live = True
             self._note("not-live", raw)
@@ -301,27 +336,27 @@ class ServerRunHandle:
         if "replay window" in lowered or "were dropped" in lowered:
             first: int | None = None
             dropped: int | None = None
-            for match in _GAP.finditer(raw):
+            for match in _GAP.finditer(raw[:_NOTE_SCAN]):
                 if match.group(1) is not None:
                     first = int(match.group(1))
                 elif match.group(2) is not None:
                     dropped = int(match.group(2))
             self._note("gap", raw, first_retained_seq=first, dropped=dropped)
             return "gap"
-        if "slow consumer" in lowered or "slow-consumer" in lowered:
+        if _SLOW_CONSUMER.search(lowered):
             self._note("slow-consumer", raw)
             return "slow-consumer"
         if "failed before" in lowered:
             self.stats.run_failed = True
             self._note("run-failed", raw)
             return "run-failed"
-        if raw.strip():
-            self._note("comment", raw)
-        return "comment"  # a bare ':' is a keep-alive
+        self._note("comment", raw)
+        return "comment"
 
     async def _follow(self) -> AsyncIterator[dict[str, Any]]:
         policy = self._policy
-        failures = 0
+        failures = 0  # consecutive attempts without a new event: bounded by max_attempts
+        streak = 0  # consecutive short-lived reconnects: the backoff exponent
         async with self._client() as client:
             try:
                 while True:
@@ -330,25 +365,33 @@ class ServerRunHandle:
                             yield event
                         break  # the run ended (or stopped at a suspension, or is not live)
                     except _DisconnectError as retry:
-                        if retry.progressed or retry.quiet:
-                            failures = 0
-                        else:
-                            failures += 1
+                        failures = 0 if retry.progressed or retry.quiet else failures + 1
                         if failures >= policy.max_attempts:
                             raise SourceError(
-                                f"gave up on run {self._run_id!r} at {self._server} after {failures} "
+                                f"gave up on run {self._run_id!r} at {self._shown} after {failures} "
                                 f"attempts without progress (last: {retry.reason}); "
                                 f"last seq delivered: {self.stats.last_seq}"
                             ) from None
                         self.stats.reconnects += 1
-                        await self._sleep(policy.backoff(failures))
-                self._outcome = await self._terminal_outcome(client)
+                        if retry.slow and retry.progressed:
+                            streak = 0
+                            delay = policy.slow_consumer_backoff_s
+                        else:
+                            # Every other reconnect waits, a long-lived connection starting over:
+                            # a server that sends one event and closes is not hammered.
+                            streak = 1 if retry.lived_s >= policy.stable_after_s else streak + 1
+                            delay = policy.backoff(streak)
+                        await self._sleep(delay)
+                self._outcome, status = await self._terminal_outcome(client)
                 if (
                     self.stats.not_live
                     and self.stats.delivered == 0
                     and isinstance(self._outcome, RunOutcome)
                 ):
-                    for event in terminal_facts_events(self._run_id, self._outcome):
+                    self.stats.terminal_facts_only = True
+                    facts, source = terminal_facts_events(self._run_id, self._outcome, status)
+                    self.stats.terminal_facts_time_source = source
+                    for event in facts:
                         yield event
             except BaseException as exc:
                 if self._outcome is None:
@@ -357,17 +400,25 @@ class ServerRunHandle:
                     )
                 raise
 
-    async def _terminal_outcome(self, client: httpx.AsyncClient) -> RunOutcome | BaseException:
+    async def _terminal_outcome(
+        self, client: httpx.AsyncClient
+    ) -> tuple[RunOutcome | BaseException, dict[str, Any] | None]:
         try:
-            body = await fetch_run_status(client, self._run_id, server=self._server)
+            body = await fetch_run_status(client, self._run_id, server=self._shown)
             outcome = outcome_from_status(body)
             if outcome.status != "running":
-                return outcome
+                return outcome, body
+            if self.stats.not_live and self.stats.delivered == 0:
+                # In flight in another process: nothing settled to export, and nothing failed.
+                return SourceError(
+                    f"run {self._run_id!r} is running in another process, not live on {self._server}: "
+                    "nothing to export until it settles (tail the server that holds it)"
+                ), body
         except RunNotFoundError:
             raise
         except SourceError:
             pass
-        return self._stream_outcome()
+        return self._stream_outcome(), None
 
     def _stream_outcome(self) -> RunOutcome | BaseException:
         return outcome_from_run_end(self._last_run_end)
@@ -377,63 +428,106 @@ class ServerRunHandle:
         if self.stats.last_seq is not None:
             headers["Last-Event-ID"] = str(self.stats.last_seq)
         path = f"/runs/{quote(self._run_id, safe='')}/events"
+        policy = self._policy
         progressed = False
+        slow = False
+        body_bytes = 0
+        opened = time.monotonic()
         self.stats.connections += 1
+
+        def disconnect(reason: str, *, quiet: bool = False) -> _DisconnectError:
+            return _DisconnectError(
+                reason, progressed=progressed, quiet=quiet, slow=slow, lived_s=time.monotonic() - opened
+            )
+
         try:
-            async with client.stream("GET", path, headers=headers) as response:
+            async with contextlib.AsyncExitStack() as stack:
+                try:
+                    async with asyncio.timeout(policy.response_timeout_s):
+                        response = await stack.enter_async_context(
+                            client.stream("GET", path, headers=headers)
+                        )
+                except TimeoutError:
+                    raise disconnect(f"no response within {policy.response_timeout_s:g} s") from None
                 if response.status_code == 404:
                     await response.aread()
                     raise RunNotFoundError(
-                        f"run {self._run_id!r} not found on {self._server}{_error_detail(response)}"
+                        f"run {self._run_id!r} not found on {self._shown}{_error_detail(response)}"
                     )
                 if response.status_code in (408, 429) or response.status_code >= 500:
-                    raise _DisconnectError(f"HTTP {response.status_code}", progressed=False)
+                    raise disconnect(f"HTTP {response.status_code}")
                 if response.status_code != 200:
                     await response.aread()
                     raise SourceError(
-                        f"GET {path} on {self._server} answered HTTP {response.status_code}"
+                        f"GET {path} on {self._shown} answered HTTP {response.status_code}"
                         f"{_error_detail(response)}"
                     )
                 content_type = response.headers.get("content-type", "")
                 if "text/event-stream" not in content_type:
                     raise SourceError(
-                        f"GET {path} on {self._server} did not answer an event stream "
+                        f"GET {path} on {self._shown} did not answer an event stream "
                         f"(content-type {sanitize_terminal_text(content_type)[:80]!r})"
                     )
-                lines = SSELineDecoder()
-                frames = SSEDecoder()
-                async for chunk in response.aiter_text():
-                    for line in lines.decode(chunk):
-                        if line.startswith(":"):
-                            self._comment(line[1:])
-                            continue
-                        sse = frames.decode(line)
-                        # Per the SSE spec a frame with no data dispatches nothing (the decoder
-                        # still reports one after a comment's blank line, carrying the old id).
-                        if sse is None or not sse.data:
-                            continue
-                        event = self._event_of(sse.data)
-                        if event is None:
-                            continue
-                        progressed = True
-                        yield event
-                        if event.get("type") == "run:end":
-                            if event.get("status") != "suspended":
-                                return
-                            if self._until_suspended:
-                                self.stats.suspended_stops += 1
-                                return
+                lines = LineSplitter(policy.max_frame_bytes)
+                data: list[str] = []
+                data_bytes = 0
+                try:
+                    async for chunk in response.aiter_bytes():
+                        body_bytes += len(chunk)
+                        for line in lines.feed(chunk):
+                            if not line:
+                                # A blank line dispatches the frame; one with no data dispatches
+                                # nothing (SSE), so a comment's blank line is no frame.
+                                if not data:
+                                    continue
+                                payload = "\n".join(data)
+                                data.clear()
+                                data_bytes = 0
+                                event = self._event_of(payload)
+                                if event is None:
+                                    continue
+                                progressed = True
+                                yield event
+                                if event.get("type") == "run:end":
+                                    if event.get("status") != "suspended":
+                                        return
+                                    if self._until_suspended:
+                                        self.stats.suspended_stops += 1
+                                        return
+                                continue
+                            if line.startswith(":"):
+                                if self._comment(line[1:]) == "slow-consumer":
+                                    slow = True
+                                continue
+                            name, _, value = line.partition(":")
+                            if name == "data":
+                                value = value.removeprefix(" ")
+                                data_bytes += len(value) + 1
+                                if data_bytes > policy.max_frame_bytes:
+                                    raise OversizeLineError
+                                data.append(value)
+                            # id, event and retry: the seq inside the data is the cursor.
+                except OversizeLineError:
+                    self._note(
+                        "oversize",
+                        f"a frame passed {policy.max_frame_bytes} bytes; dropped the connection",
+                    )
+                    progressed = False  # the same frame comes back on reconnect: no progress
+                    raise disconnect(f"a frame passed {policy.max_frame_bytes} bytes") from None
                 # A partial trailing frame (the server dropped mid-frame) is discarded unread.
         except httpx.TimeoutException as exc:
-            quiet = isinstance(exc, httpx.ReadTimeout)
-            raise _DisconnectError(type(exc).__name__, progressed=progressed, quiet=quiet) from None
+            # Silence on a stream that carried bytes is a quiet run; a stream that never carried
+            # one (or never answered) is a failed attempt.
+            quiet = isinstance(exc, httpx.ReadTimeout) and body_bytes > 0
+            raise disconnect(type(exc).__name__, quiet=quiet) from None
         except httpx.TransportError as exc:
-            raise _DisconnectError(type(exc).__name__, progressed=progressed) from None
+            raise disconnect(type(exc).__name__) from None
         if self.stats.not_live:
             return  # nothing will ever arrive: take the terminal facts GET /runs/:id gives
         if self.stats.run_failed:
             return
-        raise _DisconnectError("the server closed the stream before the run ended", progressed=progressed)
+        reason = "slow consumer" if slow else "the server closed the stream before the run ended"
+        raise disconnect(reason)
 
     def _event_of(self, data: str) -> dict[str, Any] | None:
         try:
@@ -449,7 +543,7 @@ class ServerRunHandle:
             self._note("bad-frame", f"a frame is not an event: {defect}")
             return None
         if event["runId"] != self._run_id:
-            self._note("bad-frame", "a frame names another run; skipped")
+            self._note("other-run", "a frame names another run; skipped")
             return None
         seq: int = event["seq"]
         last = self.stats.last_seq

@@ -207,7 +207,7 @@ class _Folder:
             if isinstance(value, bool):
                 clean[key] = value
             elif isinstance(value, str):
-                clean[key] = self.masker.mask(value)[:_MAX_ATTRIBUTE_CHARS]
+                clean[key] = self.masker.clean(value)[:_MAX_ATTRIBUTE_CHARS]
         # A counter slot per cached tuple: an int hashes in no time, and two raw tuples that mask
         # to the same attributes just make two adds the SDK sums.
         resolved = (next(self.slots), clean)
@@ -364,7 +364,7 @@ class MetricsRecorder:
 async def record_metrics(run: RunHandle, meter: Meter, *, patterns: Sequence[str] | None = None) -> None:
     """Record a run's metrics alone (without spans), draining its events until it settles.
 
-    ``patterns`` are extra secret-masking regular expressions (Python ``re``), as for ``to_otel``;
+    ``patterns`` are extra secret-masking regular expressions (RE2 dialect), as for ``to_otel``;
     an invalid one raises :class:`~rulvar_otel.errors.ConfigError` before anything is recorded.
     A rejecting result never fails the recording: it is handed to the folds as the outcome.
     """

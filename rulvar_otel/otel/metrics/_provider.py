@@ -1,13 +1,17 @@
 """A MeterProvider built from options: OTLP push (gRPC or HTTP) and/or a Prometheus pull endpoint.
 
 Everything that talks to the network is bounded: the OTLP exporters get a timeout, periodic
-export has an export timeout, and shutdown flushes within a bounded time.
+export has an export timeout, and shutdown flushes within a bounded time. The Prometheus endpoint
+binds the host asked for and, for a one-shot export, stays up a chosen linger after the last
+event so a scraper gets at least one look at the final values.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+import time
+import uuid
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 from urllib.parse import urlparse
@@ -17,17 +21,26 @@ from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import Meter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader, PeriodicExportingMetricReader
-from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
 from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
+from rulvar_otel.core.masking import redact_url
 from rulvar_otel.errors import ConfigError, ExportError
-from rulvar_otel.otel.semconv import DEFAULT_SERVICE_NAME, INSTRUMENTATION_SCOPE
+from rulvar_otel.otel.semconv import (
+    DEFAULT_SERVICE_NAME,
+    INSTRUMENTATION_SCOPE,
+    INSTRUMENTATION_VERSION,
+    SCHEMA_URL,
+)
 
 __all__ = ["MetricsPipeline", "MetricsSetup", "build_meter_provider"]
 
 Protocol = Literal["grpc", "http/protobuf"]
 
 MAX_TIMEOUT_S: Final = 60.0
+MAX_LINGER_S: Final = 3600.0
 _DEFAULT_HTTP_PATH: Final = "/v1/metrics"
 
 
@@ -39,7 +52,10 @@ class MetricsSetup:
     ``http/protobuf`` a URL without a path gets ``/v1/metrics``). ``headers`` ride every export
     (an auth token, say). ``timeout_s`` bounds each export (at most 60 s). ``export_interval_s``
     is the push period. ``prometheus_port`` serves ``/metrics`` on ``prometheus_host`` (0 picks a
-    free port; the chosen one is :attr:`MetricsPipeline.prometheus_port`).
+    free port; the chosen one is :attr:`MetricsPipeline.prometheus_port`; ``0.0.0.0`` or ``::``
+    lets a container or another machine scrape it). ``prometheus_linger_s`` keeps that endpoint
+    up so long after the export, at its final values, before shutdown closes it: at least one
+    scrape interval of the scraper, so a one-shot export is seen.
     """
 
     otlp_endpoint: str | None = None
@@ -49,32 +65,75 @@ class MetricsSetup:
     export_interval_s: float = 15.0
     prometheus_port: int | None = None
     prometheus_host: str = "127.0.0.1"
+    prometheus_linger_s: float = 0.0
     service_name: str = DEFAULT_SERVICE_NAME
+
+
+class _ScrapeCounter(Collector):
+    """Counts the scrapes of one endpoint (each one collects its registry once); adds no series."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def collect(self) -> Iterator[Metric]:
+        self.count += 1
+        return iter(())
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())  # registering describes; only a scrape collects
 
 
 @dataclass(slots=True)
 class MetricsPipeline:
-    """A built provider and what it started; ``shutdown()`` flushes and stops it (bounded)."""
+    """A built provider and what it started.
+
+    ``shutdown()`` pushes what is pending, keeps the Prometheus endpoint up for the linger, then
+    stops everything (bounded). ``prometheus_port`` is the bound port (also when 0 was asked for).
+    """
 
     provider: MeterProvider
     timeout_s: float
     prometheus_port: int | None = None
+    prometheus_host: str | None = None
+    linger_s: float = 0.0
     _server: WSGIServer | None = None
     _thread: threading.Thread | None = None
+    _scrapes: _ScrapeCounter | None = None
 
     @property
     def meter(self) -> Meter:
-        return self.provider.get_meter(INSTRUMENTATION_SCOPE)
+        return self.provider.get_meter(INSTRUMENTATION_SCOPE, INSTRUMENTATION_VERSION, schema_url=SCHEMA_URL)
+
+    @property
+    def prometheus_url(self) -> str | None:
+        """``http://host:port/metrics`` of the pull endpoint, or None without one."""
+        if self.prometheus_port is None or self.prometheus_host is None:
+            return None
+        host = f"[{self.prometheus_host}]" if ":" in self.prometheus_host else self.prometheus_host
+        return f"http://{host}:{self.prometheus_port}/metrics"
+
+    @property
+    def prometheus_scrapes(self) -> int:
+        """How many times the pull endpoint was scraped so far."""
+        return self._scrapes.count if self._scrapes is not None else 0
 
     def shutdown(self) -> None:
+        """Flush, linger with the endpoint up (when one was asked for), stop. Ctrl-C ends a linger."""
         try:
-            self.provider.shutdown(timeout_millis=self.timeout_s * 1000)
+            if self._server is not None and self.linger_s > 0:
+                # Push what is pending now rather than after the linger; the endpoint serves the
+                # final values meanwhile (a scrape collects them itself).
+                self.provider.force_flush(timeout_millis=self.timeout_s * 1000)
+                time.sleep(self.linger_s)
         finally:
-            if self._server is not None:
-                self._server.shutdown()
-                self._server.server_close()
-            if self._thread is not None:
-                self._thread.join(timeout=self.timeout_s)
+            try:
+                self.provider.shutdown(timeout_millis=self.timeout_s * 1000)
+            finally:
+                if self._server is not None:
+                    self._server.shutdown()
+                    self._server.server_close()
+                if self._thread is not None:
+                    self._thread.join(timeout=self.timeout_s)
 
 
 def _validate(setup: MetricsSetup) -> None:
@@ -83,7 +142,8 @@ def _validate(setup: MetricsSetup) -> None:
     if setup.otlp_endpoint is not None:
         parsed = urlparse(setup.otlp_endpoint)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise ConfigError(f"metrics endpoint {setup.otlp_endpoint!r} is not an http(s)://host:port URL")
+            shown = redact_url(setup.otlp_endpoint)
+            raise ConfigError(f"metrics endpoint {shown!r} is not an http(s)://host:port URL")
     if setup.otlp_protocol not in ("grpc", "http/protobuf"):
         raise ConfigError(f"metrics protocol {setup.otlp_protocol!r} is not 'grpc' or 'http/protobuf'")
     if not 0 < setup.timeout_s <= MAX_TIMEOUT_S:
@@ -92,6 +152,12 @@ def _validate(setup: MetricsSetup) -> None:
         raise ConfigError(f"metrics export interval {setup.export_interval_s!r} s must be positive")
     if setup.prometheus_port is not None and not 0 <= setup.prometheus_port <= 65535:
         raise ConfigError(f"Prometheus port {setup.prometheus_port!r} is not in 0..65535")
+    if not isinstance(setup.prometheus_host, str) or not setup.prometheus_host.strip():
+        raise ConfigError(f"Prometheus host {setup.prometheus_host!r} is not a host name or address")
+    if not 0 <= setup.prometheus_linger_s <= MAX_LINGER_S:
+        raise ConfigError(
+            f"Prometheus linger {setup.prometheus_linger_s!r} s is not in [0, {MAX_LINGER_S:g}]"
+        )
     for key, value in setup.headers.items():
         if not isinstance(key, str) or not isinstance(value, str) or not key:
             raise ConfigError("metrics headers must map non-empty names to string values")
@@ -120,13 +186,29 @@ def _otlp_exporter(setup: MetricsSetup) -> MetricExporter:
     return HttpExporter(endpoint=endpoint, headers=headers, timeout=setup.timeout_s)
 
 
+def _with_instance_id(resource: Resource) -> Resource:
+    """``resource`` with a ``service.instance.id`` (a fresh UUID unless it has one)."""
+    if resource.attributes.get(SERVICE_INSTANCE_ID):
+        return resource
+    return resource.merge(Resource({SERVICE_INSTANCE_ID: str(uuid.uuid4())}))
+
+
 def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = None) -> MetricsPipeline:
     """Build a MeterProvider for ``setup`` (raises :class:`ConfigError` on a bad option).
 
     The Prometheus endpoint uses its own registry, so several pipelines (or a host's own
     ``prometheus_client`` metrics) never collide; :class:`ExportError` when the port is taken.
+
+    Every pipeline is its own ``service.instance.id`` (a UUID unless ``resource`` names one): it
+    labels every series the pull endpoint serves (``service_instance_id``) and, over OTLP, the
+    collector's Prometheus exporter makes it the ``instance`` label. So two processes that export
+    runs with the same labels one after the other (a loop of one-shot exports) write two series,
+    each counted in full, instead of one series that seems never to move.
     """
     _validate(setup)
+    resource = _with_instance_id(
+        resource if resource is not None else Resource.create({SERVICE_NAME: setup.service_name})
+    )
     readers: list[MetricReader] = []
     if setup.otlp_endpoint is not None:
         readers.append(
@@ -139,9 +221,16 @@ def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = Non
     server: Any = None
     thread: Any = None
     port: int | None = None
+    scrapes: _ScrapeCounter | None = None
     if setup.prometheus_port is not None:
         registry = CollectorRegistry(auto_describe=True)
-        readers.append(PrometheusMetricReader(registry=registry))
+        scrapes = _ScrapeCounter()
+        registry.register(scrapes)
+        readers.append(
+            PrometheusMetricReader(
+                registry=registry, resource_attribute_filter=lambda key: key == SERVICE_INSTANCE_ID
+            )
+        )
         try:
             server, thread = start_http_server(
                 setup.prometheus_port, addr=setup.prometheus_host, registry=registry
@@ -151,8 +240,14 @@ def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = Non
                 f"cannot serve Prometheus metrics on {setup.prometheus_host}:{setup.prometheus_port}: {exc}"
             ) from exc
         port = int(server.server_port)
-    provider = MeterProvider(
-        metric_readers=readers,
-        resource=resource if resource is not None else Resource.create({SERVICE_NAME: setup.service_name}),
+    provider = MeterProvider(metric_readers=readers, resource=resource)
+    return MetricsPipeline(
+        provider,
+        setup.timeout_s,
+        port,
+        setup.prometheus_host if port is not None else None,
+        setup.prometheus_linger_s if port is not None else 0.0,
+        server,
+        thread,
+        scrapes,
     )
-    return MetricsPipeline(provider, setup.timeout_s, port, server, thread)

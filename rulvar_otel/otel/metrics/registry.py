@@ -31,6 +31,11 @@ __all__ = [
     "ADVANCE_TYPES",
     "FINISH",
     "REGISTRY",
+    "SPAN_METRICS",
+    "SPAN_METRICS_DIMENSIONS",
+    "SPAN_METRICS_DURATION_UNIT",
+    "SPAN_METRICS_NAMESPACE",
+    "CollectorSeries",
     "AttrValue",
     "Fold",
     "FoldState",
@@ -174,9 +179,8 @@ class _AgentSpan:
 # recorder ever looks at (anything else is skipped after one dict lookup).
 ADVANCE_TYPES: Final = frozenset(
     {
-        "run:start", "run:end", "agent:start", "agent:end", "agent:error", "agent:phase:end",
-        "quota:denied", "spawn:admitted", "ledger:op", "node:linked", "orchestrator:budget",
-        "orchestrator:woke",
+        "run:start", "run:end", "agent:start", "agent:end", "spawn:admitted", "ledger:op",
+        "node:linked", "orchestrator:budget", "orchestrator:woke",
     }
 )  # fmt: skip
 
@@ -189,7 +193,6 @@ class FoldState:
     workflow: str = UNKNOWN
     run_start_ts: int | None = None
     agents: dict[str, _AgentSpan] = field(default_factory=dict)
-    denied_spans: set[str] = field(default_factory=set)  # spans with quota denials pending
     task_agent_type: dict[str, str] = field(default_factory=dict)  # logicalTaskId -> agentType
     ledger_ops: int = 0
     spawns_admitted: int = 0
@@ -216,7 +219,7 @@ class FoldState:
 
     def model_ref(self, value: Any) -> str:
         """A model ref, masked first so the derived provider never sees a raw credential."""
-        return self.masker.mask(_str(value))
+        return self.masker.clean(_str(value))
 
     @staticmethod
     def provider(masked_ref: str) -> str:
@@ -240,11 +243,6 @@ class FoldState:
                 self.orchestrated = True
         elif kind == "agent:end":
             self.agents.pop(span_key, None)
-            self.denied_spans.discard(span_key)
-        elif kind == "quota:denied":
-            self.denied_spans.add(span_key)
-        elif kind == "agent:error" or (kind == "agent:phase:end" and event.get("outcome") == "ok"):
-            self.denied_spans.discard(span_key)
         elif kind == "spawn:admitted":
             self.spawns_admitted += 1
             task = event.get("logicalTaskId")
@@ -314,19 +312,28 @@ def _run_terminal(event: Mapping[str, Any]) -> tuple[str, str, bool]:
     return status, completion, event.get("settled") is not False
 
 
+def _settled_reason(event: Mapping[str, Any], settled: bool) -> str:
+    # Bounded: the one reason the catalog defines, "other" for any other text.
+    reason = event.get("settledReason")
+    if settled or not isinstance(reason, str) or not reason:
+        return NONE
+    return reason if reason == "superseded" else "other"
+
+
 def _fold_runs_settled(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
     if event.get("type") == "run:end":
         status, completion, settled = _run_terminal(event)
         workflow = _workflow(state, event)
+        reason = _settled_reason(event, settled)
     else:
         # No run:end on the stream (a truncated stream): the known outcome settles the run.
         if state.terminal_recorded or not isinstance(state.outcome, RunOutcome):
             return ()
         status = _str(state.outcome.status)
         completion = _str(state.outcome.completion, NONE)
-        settled = True
+        settled, reason = True, NONE
         workflow = _str(_mapping(state.outcome.envelope).get("workflow"), state.workflow)
-    return ((1, (workflow, status, completion, settled)),)
+    return ((1, (workflow, status, completion, settled, reason)),)
 
 
 def _fold_run_duration(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
@@ -347,16 +354,16 @@ def _fold_run_cost(state: FoldState, event: Mapping[str, Any]) -> Sequence[Obser
     return ((usd, (_workflow(state, event), status)),)
 
 
-def _build_phase_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str]:
+def _build_phase_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str, str]:
     ref = state.model_ref(event.get("model"))
-    return ref, state.provider(ref), _str(event.get("role"))
+    return state.workflow, ref, state.provider(ref), _str(event.get("role"))
 
 
-def _phase_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str]:
+def _phase_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str, str]:
     return state.shared(event, _build_phase_attrs)
 
 
-def _fold_token_usage(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def _fold_invocation_tokens(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
     usage = _mapping(event.get("usage"))
     base = _phase_attrs(state, event)
     out: list[Observation] = []
@@ -367,7 +374,7 @@ def _fold_token_usage(state: FoldState, event: Mapping[str, Any]) -> Sequence[Ob
     return out
 
 
-def _fold_operation_duration(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def _fold_invocation_duration(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
     millis = _num(event.get("durationMs"))
     if millis is None or millis < 0:
         return ()
@@ -383,16 +390,17 @@ def _fold_spend(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observat
     return ((usd, _phase_attrs(state, event)),)
 
 
-def _build_agent_end_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str]:
+def _build_agent_end_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str, str]:
     span = state.agents.get(_str(event.get("spanId"), ""))
     return (
+        state.workflow,
         _agent_type(event),
         _str(event.get("status")),
         span.model if span is not None else UNKNOWN,
     )
 
 
-def _agent_end_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str]:
+def _agent_end_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str, str]:
     return state.shared(event, _build_agent_end_attrs)
 
 
@@ -408,19 +416,26 @@ def _fold_agent_duration(state: FoldState, event: Mapping[str, Any]) -> Sequence
     return ((_seconds(span.start_ts, end), _agent_end_attrs(state, event)),)
 
 
+# The code of the error the engine raises when the quota limiter denied a call more times than
+# its denial budget allows: the one agent:error that ends a run of quota denials.
+QUOTA_EXHAUSTED_CODE: Final = "quota_exhausted"
+
+
 def _error_class(state: FoldState, event: Mapping[str, Any]) -> str:
     """Classify an agent:error so throttling is never read as failure.
 
     ``quota_throttle``: the legacy twin of a healthy quota wait (the limiter's error that will
-    retry). ``quota_exhausted``: the terminal error that ends a run of quota denials (the
-    per-target denial budget is spent). ``error``: every other failure.
+    retry). ``quota_exhausted``: the engine's exhaustion error, the terminal error that ends a
+    run of quota denials (code ``quota_exhausted``, or the limiter's own error without a retry).
+    ``error``: every other failure, also one that follows a denial on the same span: an
+    ``invalid_request`` after a healthy wait is a real failure, not exhaustion.
     """
     error = _mapping(event.get("error"))
     from_limiter = _mapping(error.get("data")).get("source") == "quota-limiter"
     will_retry = event.get("willRetry") is True
     if from_limiter and will_retry:
         return "quota_throttle"
-    if not will_retry and (from_limiter or _str(event.get("spanId"), "") in state.denied_spans):
+    if not will_retry and (from_limiter or error.get("code") == QUOTA_EXHAUSTED_CODE):
         return "quota_exhausted"
     return "error"
 
@@ -431,6 +446,7 @@ def _fold_agent_errors(state: FoldState, event: Mapping[str, Any]) -> Sequence[O
         (
             1,
             (
+                state.workflow,
                 _agent_type(event),
                 _str(error.get("code")),
                 event.get("willRetry") is True,
@@ -440,8 +456,9 @@ def _fold_agent_errors(state: FoldState, event: Mapping[str, Any]) -> Sequence[O
     )
 
 
-def _build_tool_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str, str]:
+def _build_tool_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str, str, str]:
     return (
+        state.workflow,
         _str(event.get("toolName")),
         _str(event.get("outcome")),
         _str(event.get("guard"), NONE),
@@ -473,7 +490,7 @@ def _quota_dimension(reason: Any) -> str:
 
 def _fold_quota_denials(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
     ref = state.model_ref(event.get("model"))
-    return ((1, (ref, state.provider(ref), _quota_dimension(event.get("reason")))),)
+    return ((1, (state.workflow, ref, state.provider(ref), _quota_dimension(event.get("reason")))),)
 
 
 def _fold_exposure_waits(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
@@ -481,6 +498,7 @@ def _fold_exposure_waits(state: FoldState, event: Mapping[str, Any]) -> Sequence
         (
             1,
             (
+                state.workflow,
                 _str(event.get("scope")),
                 event.get("willWait") is True,
                 state.model_ref(event.get("model")),
@@ -490,15 +508,15 @@ def _fold_exposure_waits(state: FoldState, event: Mapping[str, Any]) -> Sequence
 
 
 def _fold_spawns_admitted(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
-    return ((1, (_str(event.get("verdict")), _agent_type(event))),)
+    return ((1, (state.workflow, _str(event.get("verdict")), _agent_type(event))),)
 
 
 def _fold_spawns_rejected(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
-    return ((1, (_str(event.get("code")), _agent_type(event))),)
+    return ((1, (state.workflow, _str(event.get("code")), _agent_type(event))),)
 
 
 def _fold_determinism(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
-    return ((1, (_str(event.get("category")), _str(event.get("provenance")))),)
+    return ((1, (state.workflow, _str(event.get("category")), _str(event.get("provenance")))),)
 
 
 def _fold_ledger_ops(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
@@ -521,7 +539,7 @@ def _fold_render_size(state: FoldState, event: Mapping[str, Any]) -> Sequence[Ob
 def _fold_escalations(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
     task = event.get("logicalTaskId")
     agent_type = state.task_agent_type.get(task, UNKNOWN) if isinstance(task, str) else UNKNOWN
-    return ((1, (agent_type, _str(event.get("kind")))),)
+    return ((1, (state.workflow, agent_type, _str(event.get("kind")))),)
 
 
 def _fold_orchestrator_share(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
@@ -551,15 +569,13 @@ def _fold_net_lost(state: FoldState, event: Mapping[str, Any]) -> Sequence[Obser
 
 # --- buckets ----------------------------------------------------------------------------------
 
-# The GenAI semantic conventions' advisory buckets.
-GEN_AI_TOKEN_BUCKETS: Final = (
+# The GenAI semantic conventions' advisory token buckets: an invocation's tokens are a few requests'.
+TOKEN_BUCKETS: Final = (
     1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0,
     4194304.0, 16777216.0, 67108864.0,
 )  # fmt: skip
-GEN_AI_DURATION_BUCKETS: Final = (
-    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
-)  # fmt: skip
-# An agent dispatch runs seconds to an hour; a run minutes to hours.
+# An invocation (model requests plus the tool calls between them) and an agent dispatch run
+# seconds to an hour; a run minutes to hours.
 AGENT_DURATION_BUCKETS: Final = (
     0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0,
 )  # fmt: skip
@@ -580,9 +596,9 @@ RENDER_SIZE_BUCKETS: Final = (
 OPS_PER_SPAWN_BUCKETS: Final = (0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0, 34.0)
 
 _C, _H, _U = InstrumentKind.COUNTER, InstrumentKind.HISTOGRAM, InstrumentKind.UP_DOWN_COUNTER
-_PHASE_ATTRS: Final = (sc.GEN_AI_REQUEST_MODEL, sc.GEN_AI_PROVIDER_NAME, sc.GEN_AI_OPERATION_NAME)
-_TOOL_ATTRS: Final = (sc.TOOL_NAME, sc.STATUS, sc.TOOL_GUARD, sc.TOOL_DECIDED_BY)
-_AGENT_ATTRS: Final = (sc.AGENT_TYPE, sc.STATUS, sc.GEN_AI_REQUEST_MODEL)
+_PHASE_ATTRS: Final = (sc.WORKFLOW, sc.GEN_AI_REQUEST_MODEL, sc.GEN_AI_PROVIDER_NAME, sc.AGENT_ROLE)
+_TOOL_ATTRS: Final = (sc.WORKFLOW, sc.TOOL_NAME, sc.STATUS, sc.TOOL_GUARD, sc.TOOL_DECIDED_BY)
+_AGENT_ATTRS: Final = (sc.WORKFLOW, sc.AGENT_TYPE, sc.STATUS, sc.GEN_AI_REQUEST_MODEL)
 
 REGISTRY: Final[tuple[MetricDefinition, ...]] = (
     # --- the five documented metrics ---
@@ -607,7 +623,7 @@ REGISTRY: Final[tuple[MetricDefinition, ...]] = (
     MetricDefinition(
         sc.METRIC_ESCALATIONS, _C, "{escalation}",
         "Escalations raised by workers; divide by spawns admitted per agent type for the rate.",
-        (sc.AGENT_TYPE, sc.ESCALATION_KIND), ("escalation:raised",), _fold_escalations, None,
+        (sc.WORKFLOW, sc.AGENT_TYPE, sc.ESCALATION_KIND), ("escalation:raised",), _fold_escalations, None,
         "one per live `escalation:raised`; agent type from the `spawn:admitted` of the same "
         "`logicalTaskId` (`unknown` when none was seen)",
     ),
@@ -635,26 +651,29 @@ REGISTRY: Final[tuple[MetricDefinition, ...]] = (
         (sc.WORKFLOW,), (FINISH,), _fold_net_lost, None,
         "per run: abandoned minus reclaimed (may be negative)",
     ),
-    # --- GenAI semantic conventions ---
+    # --- invocations (one agent phase activation: several provider requests and the tool calls
+    # between them; the per-request gen_ai.client.* metrics are the engine's, where it calls) ---
     MetricDefinition(
-        sc.GEN_AI_CLIENT_TOKEN_USAGE, _H, "{token}", "Tokens used per model invocation phase.",
-        (*_PHASE_ATTRS, sc.GEN_AI_TOKEN_TYPE), ("agent:phase:end",), _fold_token_usage,
-        GEN_AI_TOKEN_BUCKETS, "live `agent:phase:end` `usage.inputTokens` / `usage.outputTokens`",
+        sc.METRIC_INVOCATION_TOKEN_USAGE, _H, "{token}",
+        "Tokens used per invocation (one agent phase activation, all of its provider requests).",
+        (*_PHASE_ATTRS, sc.GEN_AI_TOKEN_TYPE), ("agent:phase:end",), _fold_invocation_tokens,
+        TOKEN_BUCKETS, "live `agent:phase:end` `usage.inputTokens` / `usage.outputTokens`",
     ),
     MetricDefinition(
-        sc.GEN_AI_CLIENT_OPERATION_DURATION, _H, "s", "Duration of each model invocation phase.",
-        (*_PHASE_ATTRS, sc.ERROR_TYPE), ("agent:phase:end",), _fold_operation_duration,
-        GEN_AI_DURATION_BUCKETS, "live `agent:phase:end` `durationMs` (replayed pairs carry 0)",
+        sc.METRIC_INVOCATION_DURATION, _H, "s",
+        "Wall time of each invocation, its provider requests and tool calls included.",
+        (*_PHASE_ATTRS, sc.ERROR_TYPE), ("agent:phase:end",), _fold_invocation_duration,
+        AGENT_DURATION_BUCKETS, "live `agent:phase:end` `durationMs` (replayed pairs carry 0)",
     ),
     # --- operational ---
     MetricDefinition(
         sc.METRIC_RUNS_SETTLED, _C, "{run}",
         "Run terminals by status, completion claim and settled flag (settled=false: nothing "
         "durable records the terminal).",
-        (sc.WORKFLOW, sc.STATUS, sc.RUN_COMPLETION, sc.RUN_SETTLED), ("run:end", FINISH),
-        _fold_runs_settled, None,
-        "one per `run:end` (completion `none` when no claim was made); a stream without one "
-        "counts the known outcome at finish",
+        (sc.WORKFLOW, sc.STATUS, sc.RUN_COMPLETION, sc.RUN_SETTLED, sc.RUN_SETTLED_REASON),
+        ("run:end", FINISH), _fold_runs_settled, None,
+        "one per `run:end` (completion `none` when no claim was made; settled reason `superseded`, "
+        "`other` or `none`); a stream without one counts the known outcome at finish",
     ),
     MetricDefinition(
         sc.METRIC_RUN_DURATION, _H, "s", "Wall time of a run segment, run:start to run:end.",
@@ -667,7 +686,7 @@ REGISTRY: Final[tuple[MetricDefinition, ...]] = (
         "`run:end` `totalUsd`",
     ),
     MetricDefinition(
-        sc.METRIC_SPEND, _C, "usd", "Spend by model and invocation role, as it happens.",
+        sc.METRIC_SPEND, _C, "usd", "Spend by model and agent role, as it happens.",
         _PHASE_ATTRS, ("agent:phase:end",), _fold_spend, None, "live `agent:phase:end` `costUsd`",
     ),
     MetricDefinition(
@@ -684,11 +703,11 @@ REGISTRY: Final[tuple[MetricDefinition, ...]] = (
         sc.METRIC_AGENT_ERRORS, _C, "{error}",
         "Live attempt failures; error.class separates quota throttling and quota exhaustion "
         "from real failures.",
-        (sc.AGENT_TYPE, sc.ERROR_TYPE, sc.WILL_RETRY, sc.ERROR_CLASS), ("agent:error",),
+        (sc.WORKFLOW, sc.AGENT_TYPE, sc.ERROR_TYPE, sc.WILL_RETRY, sc.ERROR_CLASS), ("agent:error",),
         _fold_agent_errors, None,
-        "one per `agent:error`; class `quota_exhausted` when it ends a run of `quota:denied` on "
-        "its span (or the limiter raised it without retry), `quota_throttle` for the legacy "
-        "limiter twin that will retry, else `error`",
+        "one per `agent:error`; class `quota_exhausted` for the engine's exhaustion error (code "
+        "`quota_exhausted`, or the limiter's error without retry), `quota_throttle` for the legacy "
+        "limiter twin that will retry, else `error` (also after a denial)",
     ),
     MetricDefinition(
         sc.METRIC_TOOL_CALLS, _C, "{call}", "Tool calls settled, by tool, outcome, guard and decider.",
@@ -702,30 +721,32 @@ REGISTRY: Final[tuple[MetricDefinition, ...]] = (
     MetricDefinition(
         sc.METRIC_QUOTA_DENIALS, _C, "{denial}",
         "Pre-wire quota denials: healthy throttling that will retry, never a failure.",
-        (sc.GEN_AI_REQUEST_MODEL, sc.GEN_AI_PROVIDER_NAME, sc.QUOTA_DIMENSION), ("quota:denied",),
+        (sc.WORKFLOW, sc.GEN_AI_REQUEST_MODEL, sc.GEN_AI_PROVIDER_NAME, sc.QUOTA_DIMENSION),
+        ("quota:denied",),
         _fold_quota_denials, None,
         "one per `quota:denied`; dimension (tokens/requests) classified from the limiter's reason",
     ),
     MetricDefinition(
         sc.METRIC_EXPOSURE_WAITS, _C, "{wait}",
         "In-flight exposure cap refusals; will_wait=false is the drained arm (a real terminal).",
-        (sc.EXPOSURE_SCOPE, sc.WILL_WAIT, sc.GEN_AI_REQUEST_MODEL), ("budget:exposure-wait",),
+        (sc.WORKFLOW, sc.EXPOSURE_SCOPE, sc.WILL_WAIT, sc.GEN_AI_REQUEST_MODEL),
+        ("budget:exposure-wait",),
         _fold_exposure_waits, None, "one per `budget:exposure-wait`",
     ),
     MetricDefinition(
         sc.METRIC_SPAWNS_ADMITTED, _C, "{spawn}", "Spawns admission admitted, by verdict.",
-        (sc.SPAWN_VERDICT, sc.AGENT_TYPE), ("spawn:admitted",), _fold_spawns_admitted, None,
+        (sc.WORKFLOW, sc.SPAWN_VERDICT, sc.AGENT_TYPE), ("spawn:admitted",), _fold_spawns_admitted, None,
         "one per live `spawn:admitted`",
     ),
     MetricDefinition(
         sc.METRIC_SPAWNS_REJECTED, _C, "{spawn}", "Spawns admission rejected, by rejection code.",
-        (sc.SPAWN_CODE, sc.AGENT_TYPE), ("spawn:rejected",), _fold_spawns_rejected, None,
+        (sc.WORKFLOW, sc.SPAWN_CODE, sc.AGENT_TYPE), ("spawn:rejected",), _fold_spawns_rejected, None,
         "one per live `spawn:rejected`",
     ),
     MetricDefinition(
         sc.METRIC_DETERMINISM_WARNINGS, _C, "{warning}",
         "Bare clock/random calls observed in a run (provenance workflow is the one to fix).",
-        (sc.DETERMINISM_CATEGORY, sc.DETERMINISM_PROVENANCE), ("determinism:warning",),
+        (sc.WORKFLOW, sc.DETERMINISM_CATEGORY, sc.DETERMINISM_PROVENANCE), ("determinism:warning",),
         _fold_determinism, None, "one per `determinism:warning` (re-fires on replay by design)",
     ),
 )  # fmt: skip
@@ -737,3 +758,62 @@ def definition(name: str) -> MetricDefinition:
         if entry.name == name:
             return entry
     raise KeyError(name)
+
+
+# --- series the collector derives from our spans ----------------------------------------------
+#
+# The spanmetrics connector of collector_config/otelcol-agent.yaml turns every span into a call
+# count and a duration histogram; the collector's Prometheus exporter names them the way the
+# recorder's are named (dots to underscores, the unit, `_total`). The dashboards read them from
+# here; a test checks these constants against the shipped connector config.
+
+SPAN_METRICS_NAMESPACE: Final = "traces.span.metrics"
+SPAN_METRICS_DURATION_UNIT: Final = "ms"
+SPAN_METRICS_DIMENSIONS: Final = (
+    sc.AGENT_TYPE, sc.GEN_AI_REQUEST_MODEL, sc.GEN_AI_OPERATION_NAME, sc.TOOL_NAME, sc.STATUS,
+    sc.RUN_SETTLED,
+)  # fmt: skip
+# The labels the connector sets on every series, before the configured dimensions.
+_SPAN_METRICS_BASE_LABELS: Final = ("service_name", "span_name", "span_kind", "status_code")
+_PROMETHEUS_UNIT_NAMES: Final = {"ms": "milliseconds", "s": "seconds"}
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorSeries:
+    """A metric the collector writes from our spans (never the recorder)."""
+
+    name: str  # the OTel name the connector gives it
+    kind: InstrumentKind
+    unit: str
+    description: str
+
+    @property
+    def prometheus_name(self) -> str:
+        base = self.name.replace(".", "_")
+        suffix = _PROMETHEUS_UNIT_NAMES.get(self.unit, "")
+        if suffix:
+            base = f"{base}_{suffix}"
+        return f"{base}_total" if self.kind is InstrumentKind.COUNTER else base
+
+    @property
+    def prometheus_series(self) -> tuple[str, ...]:
+        base = self.prometheus_name
+        if self.kind is InstrumentKind.HISTOGRAM:
+            return (f"{base}_bucket", f"{base}_sum", f"{base}_count")
+        return (base,)
+
+    @property
+    def prometheus_labels(self) -> tuple[str, ...]:
+        return (*_SPAN_METRICS_BASE_LABELS, *(prometheus_label(a) for a in SPAN_METRICS_DIMENSIONS))
+
+
+SPAN_METRICS: Final[tuple[CollectorSeries, ...]] = (
+    CollectorSeries(
+        f"{SPAN_METRICS_NAMESPACE}.calls", InstrumentKind.COUNTER, "",
+        "Spans ended, by service, span name, kind, status code and the configured dimensions.",
+    ),
+    CollectorSeries(
+        f"{SPAN_METRICS_NAMESPACE}.duration", InstrumentKind.HISTOGRAM, SPAN_METRICS_DURATION_UNIT,
+        "Span durations (end minus start), by the same labels.",
+    ),
+)  # fmt: skip

@@ -10,18 +10,39 @@ import os
 import re
 import threading
 from collections.abc import Mapping
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rulvar_otel.errors import ConfigError, RunNotFoundError, SourceError
+from rulvar_otel.errors import ConfigError, JournalError, RunNotFoundError
 
-__all__ = ["InMemoryJournalStore", "JournalEntry", "JournalStore", "JsonlJournalStore"]
+__all__ = ["InMemoryJournalStore", "JournalEntry", "JournalKind", "JournalStore", "JsonlJournalStore"]
+
+
+class JournalKind(StrEnum):
+    """What a journal entry records. Keyed kinds are looked up by the operation's positional key."""
+
+    RUN_START = "run_start"
+    SEGMENT = "segment"
+    RUN_SETTLE = "run_settle"
+    AGENT = "agent"
+    TURN = "turn"
+    TOOL = "tool"
+    CHILD_ADMIT = "child_admit"
+    CHILD = "child"
+    EXTERNAL_WAITING = "external_waiting"
+    APPROVAL_PENDING = "approval_pending"
+    RESOLUTION = "resolution"
+    NOW = "now"
+    RANDOM = "random"
 
 
 class JournalEntry(BaseModel):
+    """One decided fact. ``kind`` stays a plain string so a newer engine's kinds still load."""
+
     model_config = ConfigDict(frozen=True)
 
     seq: int
@@ -96,7 +117,7 @@ class JsonlJournalStore:
         except FileNotFoundError:
             raise RunNotFoundError(f"no journal for run {run_id!r} in {self.directory}") from None
         except OSError as exc:
-            raise SourceError(f"cannot read journal {path}: {exc.strerror}") from exc
+            raise JournalError(f"cannot read journal {path}: {exc.strerror}") from exc
         entries: list[JournalEntry] = []
         lines = raw.split(b"\n")
         for number, line in enumerate(lines, start=1):
@@ -108,7 +129,7 @@ class JsonlJournalStore:
             except (orjson.JSONDecodeError, ValueError) as exc:
                 if number == len(lines) or (number == len(lines) - 1 and not lines[-1].strip()):
                     break  # a torn final write
-                raise SourceError(f"{path}:{number}: not a journal entry ({exc})") from exc
+                raise JournalError(f"{path}:{number}: not a journal entry ({_describe(exc)})") from None
         return entries
 
     def append(self, run_id: str, entry: JournalEntry) -> None:
@@ -126,12 +147,33 @@ class JsonlJournalStore:
                     if self._fsync:
                         os.fsync(fh.fileno())
             except OSError as exc:
-                raise SourceError(f"cannot append to journal {path}: {exc.strerror}") from exc
+                raise JournalError(f"cannot append to journal {path}: {exc.strerror}") from exc
 
     def exists(self, run_id: str) -> bool:
-        return self._path(run_id).exists()
+        path = self._path(run_id)
+        try:
+            return path.exists()
+        except OSError as exc:
+            raise JournalError(f"cannot look up journal {path}: {exc.strerror}") from exc
 
     def runs(self) -> list[str]:
-        if not self.directory.is_dir():
+        try:
+            names = [entry.name for entry in self.directory.iterdir()]
+        except (FileNotFoundError, NotADirectoryError):
             return []
-        return sorted(p.stem for p in self.directory.glob("*.jsonl"))
+        except OSError as exc:
+            raise JournalError(f"cannot list journals in {self.directory}: {exc.strerror}") from exc
+        return sorted(name[: -len(".jsonl")] for name in names if name.endswith(".jsonl") and name[0] != ".")
+
+
+def _describe(exc: Exception) -> str:
+    """What is wrong with a line, never the line itself: a journal holds prompts and tool output."""
+    if isinstance(exc, ValidationError):
+        problems = [
+            f"{'.'.join(str(part) for part in error['loc']) or 'entry'}: {error['msg']}"
+            for error in exc.errors(include_url=False, include_input=False, include_context=False)
+        ]
+        return "; ".join(problems[:5])
+    if isinstance(exc, orjson.JSONDecodeError):
+        return f"invalid JSON at character {exc.pos}"
+    return type(exc).__name__

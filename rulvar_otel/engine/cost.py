@@ -14,12 +14,24 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from rulvar_otel.core.engine.model import add_usage, usage_dict
 from rulvar_otel.core.events import Usage
+from rulvar_otel.engine.model import add_usage, usage_dict
 
-__all__ = ["ROLES", "AgentRecord", "CostReport", "Slice", "build_envelope", "fold_cost_report"]
+__all__ = [
+    "ROLES",
+    "UNJOURNALED_ORDER",
+    "AgentRecord",
+    "CostReport",
+    "Slice",
+    "build_envelope",
+    "fold_cost_report",
+    "total_usage",
+]
 
 ROLES = ("orchestrate", "plan", "loop", "finalize", "extract", "summarize", "synthesize")
+
+# The fold order of an agent whose terminal the journal refused: after every journaled one.
+UNJOURNALED_ORDER = 1 << 62
 
 
 @dataclass(frozen=True)
@@ -55,6 +67,8 @@ class Slice:
 
 @dataclass
 class AgentRecord:
+    """One settled agent's cost facts, as the fold reads them."""
+
     agent_type: str
     phase: str | None
     scope: str

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from rulvar_otel.core.engine.model import AdapterError, ModelRequest, ModelTurn, ToolCallRequest
 from rulvar_otel.core.events import Usage
+from rulvar_otel.engine.model import AdapterError, ModelRequest, ModelTurn, ToolCallRequest
 from rulvar_otel.errors import ConfigError
 
 __all__ = ["Fail", "Hang", "Reply", "ScriptedAdapter", "ToolCalls", "ScriptTurn"]

@@ -32,7 +32,7 @@ from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any, Final, TypeVar
 
-from rulvar_otel.core.engine.model import DeterminismError
+from rulvar_otel.engine.model import DeterminismError
 
 __all__ = ["DeterminismDetector", "drive", "suppressed"]
 
@@ -72,7 +72,7 @@ def _exempt_roots() -> tuple[str, ...]:
         path = sysconfig.get_paths().get(key)
         if path:
             roots.add(str(Path(path).resolve()))
-    roots.add(str(Path(__file__).resolve().parents[2]))  # the rulvar_otel package itself
+    roots.add(str(Path(__file__).resolve().parents[1]))  # the rulvar_otel package itself
     return tuple(sorted(roots))
 
 

@@ -15,13 +15,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rulvar_otel.core.engine.journal import JournalStore
-from rulvar_otel.core.engine.limits import ScriptedQuota
-from rulvar_otel.core.engine.pricing import Price, PricingTable
-from rulvar_otel.core.engine.runtime import Context, Engine, Workflow, create_engine, workflow
-from rulvar_otel.core.engine.scripted import Reply, ScriptedAdapter, ScriptTurn, ToolCalls
-from rulvar_otel.core.engine.tools import Permissions, tool
 from rulvar_otel.core.events import Usage
+from rulvar_otel.engine.context import Context
+from rulvar_otel.engine.engine import Engine, create_engine
+from rulvar_otel.engine.journal import JournalStore
+from rulvar_otel.engine.limits import ScriptedQuota
+from rulvar_otel.engine.pricing import Price, PricingTable
+from rulvar_otel.engine.scripted import Reply, ScriptedAdapter, ScriptTurn, ToolCalls
+from rulvar_otel.engine.tools import Permissions, tool
+from rulvar_otel.engine.workflow import Workflow, workflow
 
 __all__ = ["DEMO_PRICING", "DEMO_WORKFLOWS", "DemoSetup", "IncidentReport", "build_demo", "demo_adapter"]
 

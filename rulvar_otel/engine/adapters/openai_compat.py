@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from rulvar_otel.core.engine.model import AdapterError, ModelRequest, ModelTurn, ToolCallRequest
 from rulvar_otel.core.events import Usage
+from rulvar_otel.engine.model import AdapterError, ModelRequest, ModelTurn, ToolCallRequest
 from rulvar_otel.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -58,6 +58,13 @@ def adaptive_stream(run_id: str = "syn-adaptive-1") -> list[dict[str, Any]]:
         "data": {"source": "quota-limiter"},
     }
     plain = {"code": "agent", "message": "overloaded", "retryable": True}
+    # The engine's error when the limiter denied a call more often than its denial budget allows.
+    exhausted = {
+        "code": "quota_exhausted",
+        "message": "quota denied 3 times",
+        "retryable": False,
+        "data": {"model": "acme:small", "denials": 3},
+    }
     return build_stream(
         run_id,
         [
@@ -89,7 +96,7 @@ def adaptive_stream(run_id: str = "syn-adaptive-1") -> list[dict[str, Any]]:
                          "reason": "requestsPerMinute 60 exhausted", "retryAfterMs": 5, "willRetry": True}),
             (1.2, "s2", {"type": "quota:denied", "agentType": "researcher", "model": "acme:small",
                          "reason": "requestsPerMinute 60 exhausted", "retryAfterMs": 5, "willRetry": True}),
-            (1.3, "s2", {"type": "agent:error", "agentType": "researcher", "error": dict(plain, code="agent"),
+            (1.3, "s2", {"type": "agent:error", "agentType": "researcher", "error": exhausted,
                          "willRetry": False}),
             (2.5, "s2", {"type": "agent:phase:end", **research, "invocation": 1, "durationMs": 1500,
                          "usage": _usage(0, 0), "costUsd": 0, "outcome": "error"}),
@@ -208,7 +215,19 @@ _SELECTOR = re.compile(
 )
 _MATCHER = re.compile(r"([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)\s*\"")
 _GROUPING = re.compile(r"\b(?:by|without)\s*\(([^)]*)\)")
-_FUNCTIONS = {"sum", "rate", "increase", "delta", "histogram_quantile", "by", "offset", "unless", "or", "and"}
+_FUNCTIONS = {
+    "sum",
+    "rate",
+    "increase",
+    "delta",
+    "last_over_time",
+    "histogram_quantile",
+    "by",
+    "offset",
+    "unless",
+    "or",
+    "and",
+}
 
 
 def promql_references(expr: str) -> tuple[dict[str, set[str]], set[str]]:
@@ -227,11 +246,15 @@ def promql_references(expr: str) -> tuple[dict[str, set[str]], set[str]]:
 
 
 def registry_series_labels() -> dict[str, set[str]]:
-    """Every Prometheus series the registry defines -> the labels it carries."""
+    """Every Prometheus series the registry defines -> the labels it carries.
+
+    The registry's own metrics, and the collector's spanmetrics series it names.
+    """
     from rulvar_otel.otel.metrics import REGISTRY
+    from rulvar_otel.otel.metrics.registry import SPAN_METRICS
 
     out: dict[str, set[str]] = {}
-    for entry in REGISTRY:
+    for entry in (*REGISTRY, *SPAN_METRICS):
         for name in entry.prometheus_series:
             out[name] = set(entry.prometheus_labels) | ({"le"} if name.endswith("_bucket") else set())
     return out

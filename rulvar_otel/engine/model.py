@@ -1,6 +1,7 @@
-"""The engine's value types: model turns, the adapter protocol, and the typed errors a run settles on.
+"""The engine's value types: model requests and turns, the adapter protocols, usage arithmetic.
 
-Everything here is plain data plus exceptions; nothing performs I/O.
+Everything here is plain data; nothing performs I/O. The typed errors a run settles on live in
+:mod:`rulvar_otel.errors` (re-exported here, where adapters have always imported them).
 """
 
 from __future__ import annotations
@@ -12,7 +13,18 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import JsonValue
 
 from rulvar_otel.core.events import Usage
-from rulvar_otel.errors import RulvarOtelError
+from rulvar_otel.errors import (
+    AdapterError,
+    AgentFailedError,
+    BudgetExhaustedError,
+    DeadlineExceededError,
+    DeterminismError,
+    ExposureDrainedError,
+    QuotaExhaustedError,
+    ReplayMissError,
+    SchemaValidationError,
+    WorkflowError,
+)
 
 __all__ = [
     "AdapterError",
@@ -149,84 +161,3 @@ class TokenCounter(Protocol):
     """
 
     async def count_tokens(self, request: ModelRequest) -> int: ...
-
-
-class WorkflowError(RulvarOtelError, RuntimeError):
-    """Base of the errors a workflow sees from ``ctx`` calls; each carries a wire error."""
-
-    code = "workflow"
-
-    def __init__(
-        self, message: str, *, code: str | None = None, retryable: bool = False, data: JsonValue = None
-    ):
-        super().__init__(message)
-        if code is not None:
-            self.code = code
-        self.retryable = retryable
-        self.data = data
-
-    def to_wire(self) -> dict[str, Any]:
-        return wire_error(self.code, str(self), retryable=self.retryable, data=self.data)
-
-
-class AdapterError(WorkflowError):
-    """A typed wire error from a model adapter; ``retryable`` decides whether the engine retries."""
-
-    code = "agent"
-
-
-class AgentFailedError(WorkflowError):
-    """An agent settled with status ``error``; ``wire`` is its terminal error."""
-
-    code = "agent"
-
-    @classmethod
-    def from_wire(cls, wire: Mapping[str, Any]) -> AgentFailedError:
-        return cls(
-            str(wire.get("message", "agent failed")),
-            code=str(wire.get("code", "agent")),
-            retryable=bool(wire.get("retryable", False)),
-            data=wire.get("data"),
-        )
-
-
-class BudgetExhaustedError(WorkflowError):
-    """The run's USD ceiling refused an admission or a call: the run settles ``exhausted``."""
-
-    code = "budget_exhausted"
-
-
-class ExposureDrainedError(BudgetExhaustedError):
-    """The in-flight exposure cap refused a call with nothing in flight to wait for."""
-
-    code = "exposure_drained"
-
-
-class QuotaExhaustedError(WorkflowError):
-    """The quota limiter denied a call more times than ``max_denials`` allows."""
-
-    code = "quota_exhausted"
-
-
-class SchemaValidationError(WorkflowError):
-    """Structured output stayed invalid after every extract attempt."""
-
-    code = "schema_invalid"
-
-
-class DeterminismError(WorkflowError):
-    """A bare clock or randomness call from workflow code under ``determinism_mode="error"``."""
-
-    code = "determinism"
-
-
-class DeadlineExceededError(WorkflowError):
-    """A suspension's deadline passed before anyone resolved it (``await_external``)."""
-
-    code = "deadline_exceeded"
-
-
-class ReplayMissError(WorkflowError):
-    """A dry-run reached an operation the journal does not hold (it makes no live call)."""
-
-    code = "replay_miss"

@@ -1,0 +1,266 @@
+"""``rulvar-otel assets``: list and write the observability assets this package ships.
+
+The Grafana dashboards (``dashboards/``) and the pipeline in ``collector_config/`` (collector
+configs, Prometheus config with the alert rules and their promtool tests, Alertmanager, Tempo,
+Grafana provisioning, the compose file) are top-level sources in the repository; the wheel
+carries them as package data under ``rulvar_otel/_assets/``. A source checkout (an editable
+install) reads them from the repository itself.
+
+``assets write DIR`` lays them out as in the repository (``DIR/dashboards/...``,
+``DIR/collector_config/...``), so the compose file's relative mounts work from
+``DIR/collector_config``. A file already there with other content is never overwritten without
+``--force``: the command then writes nothing and names the files (exit code 2). Identical files
+are left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Final
+
+import typer
+
+__all__ = [
+    "Asset",
+    "AssetGroup",
+    "compose_mounts",
+    "groups_of",
+    "iter_assets",
+    "register",
+    "select_assets",
+    "write_assets",
+]
+
+EXIT_CONFLICT: Final = 2
+_ROOTS: Final = ("dashboards", "collector_config")
+
+
+class AssetGroup(StrEnum):
+    """What ``--only`` selects. A file can belong to several groups."""
+
+    dashboards = "dashboards"
+    alerts = "alerts"
+    collector = "collector"
+    compose = "compose"
+
+
+COMPOSE_FILE: Final = "collector_config/compose.yaml"
+_ALERTS: Final = ("collector_config/prometheus/alerts", "collector_config/alertmanager/")
+# A relative bind mount in the compose file: "- ./prometheus:/etc/prometheus:ro".
+_MOUNT = re.compile(r"""^\s*-\s*["']?(\.{1,2}/[^:"'\s]+)\s*:""", re.M)
+
+
+def compose_mounts(compose_text: str) -> tuple[str, ...]:
+    """The repository-relative paths the compose file bind-mounts (files or directories)."""
+    base = PurePosixPath(COMPOSE_FILE).parent
+    mounts: list[str] = []
+    for source in _MOUNT.findall(compose_text):
+        parts: list[str] = list(base.parts)
+        for part in PurePosixPath(source).parts:
+            if part == "..":
+                if parts:
+                    parts.pop()
+            elif part != ".":
+                parts.append(part)
+        mounts.append("/".join(parts))
+    return tuple(mounts)
+
+
+def groups_of(path: str, mounts: tuple[str, ...] = ()) -> frozenset[AssetGroup]:
+    """The groups a repository-relative asset path belongs to.
+
+    ``mounts``: what the compose file mounts (:func:`compose_mounts`); the compose group is the
+    compose file and all of those, so ``--only compose`` writes a stack that comes up.
+    """
+    groups: set[AssetGroup] = set()
+    if path.startswith("dashboards/"):
+        groups.add(AssetGroup.dashboards)
+    if path.startswith(_ALERTS):
+        groups.add(AssetGroup.alerts)
+    mounted = any(path == m or path.startswith(m + "/") for m in mounts)
+    if path == COMPOSE_FILE or mounted:
+        groups.add(AssetGroup.compose)
+    if path.startswith("collector_config/") and path != COMPOSE_FILE and not path.startswith(_ALERTS):
+        # Collector configs, the builder manifest, and anything else added there; the stack's
+        # Prometheus, Tempo and Grafana provisioning are the compose group's alone.
+        stack_only = mounted and not path.startswith("collector_config/otelcol")
+        if not stack_only:
+            groups.add(AssetGroup.collector)
+    return frozenset(groups)
+
+
+@dataclass(frozen=True)
+class Asset:
+    """One shipped file: its repository-relative path, where to read it, and its groups."""
+
+    path: str
+    source: Traversable
+    groups: frozenset[AssetGroup]
+
+    def read_bytes(self) -> bytes:
+        return self.source.read_bytes()
+
+
+def _asset_root() -> Traversable:
+    """The packaged assets, or the repository of a source checkout."""
+    packaged = resources.files("rulvar_otel") / "_assets"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[2]
+
+
+def _walk(node: Traversable, prefix: PurePosixPath) -> Iterator[tuple[str, Traversable]]:
+    for child in sorted(node.iterdir(), key=lambda c: c.name):
+        if child.name.startswith(".") or child.name == "__pycache__":
+            continue
+        if child.is_dir():
+            yield from _walk(child, prefix / child.name)
+        elif child.is_file():
+            yield str(prefix / child.name), child
+
+
+def iter_assets() -> list[Asset]:
+    """Every shipped asset, sorted by path."""
+    root = _asset_root()
+    found: dict[str, Traversable] = {}
+    for top in _ROOTS:
+        node = root / top
+        if node.is_dir():
+            found.update(_walk(node, PurePosixPath(top)))
+    compose = found.get(COMPOSE_FILE)
+    mounts = compose_mounts(compose.read_text(encoding="utf-8")) if compose is not None else ()
+    return [Asset(path, found[path], groups_of(path, mounts)) for path in sorted(found)]
+
+
+def select_assets(assets: Iterable[Asset], only: Iterable[AssetGroup] = ()) -> list[Asset]:
+    wanted = set(only)
+    if not wanted:
+        return list(assets)
+    return [a for a in assets if a.groups & wanted]
+
+
+@dataclass(frozen=True)
+class WriteReport:
+    written: tuple[str, ...]
+    unchanged: tuple[str, ...]
+    conflicts: tuple[str, ...]  # files that differ and were left alone (no --force)
+
+
+def write_assets(assets: Iterable[Asset], directory: Path, *, force: bool = False) -> WriteReport:
+    """Write ``assets`` under ``directory``; without ``force`` nothing is written on a conflict."""
+    plan: list[tuple[Asset, Path, bytes]] = []
+    unchanged: list[str] = []
+    conflicts: list[str] = []
+    for asset in assets:
+        target = directory.joinpath(*PurePosixPath(asset.path).parts)
+        data = asset.read_bytes()
+        if target.is_file():
+            if target.read_bytes() == data:
+                unchanged.append(asset.path)
+                continue
+            if not force:
+                conflicts.append(asset.path)
+                continue
+        elif target.exists():
+            conflicts.append(asset.path)  # a directory (or other non-file) in the way: never replaced
+            continue
+        plan.append((asset, target, data))
+    if conflicts and not force:
+        return WriteReport((), tuple(unchanged), tuple(conflicts))
+    written: list[str] = []
+    for asset, target, data in plan:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # Beside the target, then renamed: a failed write never leaves half a file.
+        fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+            os.chmod(temp, 0o644)
+            os.replace(temp, target)
+        except BaseException:
+            Path(temp).unlink(missing_ok=True)
+            raise
+        written.append(asset.path)
+    return WriteReport(tuple(written), tuple(unchanged), tuple(conflicts))
+
+
+app = typer.Typer(
+    name="assets",
+    help="List or write the dashboards, alert rules, collector configs and compose stack this package ships.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+OnlyOption = Annotated[
+    list[AssetGroup] | None,
+    typer.Option(
+        "--only",
+        metavar="dashboards|alerts|collector|compose",
+        help="Only this group: dashboards, alerts, collector or compose (the stack and all it mounts). "
+        "Repeatable.",
+        case_sensitive=False,
+    ),
+]
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+@app.command("list")
+def list_command(only: OnlyOption = None) -> None:
+    """Print every shipped asset with its size and groups."""
+    for asset in select_assets(iter_assets(), only or ()):
+        groups = ", ".join(g.value for g in AssetGroup if g in asset.groups)
+        print(f"{asset.path}  {len(asset.read_bytes())} bytes  ({groups})")
+
+
+@app.command("write")
+def write_command(
+    directory: Annotated[Path, typer.Argument(metavar="DIR", help="Where to write (created if missing).")],
+    only: OnlyOption = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite files whose content differs from the shipped one.")
+    ] = False,
+) -> None:
+    """Write the assets under DIR, laid out as in the repository (DIR/dashboards, DIR/collector_config)."""
+    assets = select_assets(iter_assets(), only or ())
+    if not assets:
+        print("rulvar-otel: error: this installation ships no assets", file=sys.stderr)
+        raise typer.Exit(EXIT_CONFLICT)
+    try:
+        report = write_assets(assets, directory, force=force)
+    except OSError as exc:
+        print(f"rulvar-otel: error: cannot write under {directory}: {exc.strerror or exc}", file=sys.stderr)
+        raise typer.Exit(EXIT_CONFLICT) from None
+    if report.conflicts and not force:
+        for path in report.conflicts:
+            print(f"rulvar-otel: {directory / path} differs from the shipped file", file=sys.stderr)
+        print(
+            f"rulvar-otel: error: wrote nothing: {_plural(len(report.conflicts), 'changed file')} "
+            "would be overwritten (pass --force to replace)",
+            file=sys.stderr,
+        )
+        raise typer.Exit(EXIT_CONFLICT)
+    same = f"{_plural(len(report.unchanged), 'file')} already identical"
+    if not report.written:
+        print(f"nothing to write under {directory}: {same}")
+    else:
+        print(
+            f"wrote {_plural(len(report.written), 'file')} under {directory}"
+            + (f" ({same})" if report.unchanged else "")
+        )
+
+
+def register(parent: typer.Typer) -> None:
+    """Add ``assets list`` and ``assets write`` to ``parent``."""
+    parent.add_typer(app, name="assets")

@@ -1,0 +1,72 @@
+"""How ``--help`` reads: one metavar style, no type tags, and ``--version``.
+
+Typer prints a type tag beside every parameter (``<bool>`` on each flag, ``<str>`` beside an
+argument already named by its metavar). Here a flag shows no value column, an argument shows
+its name only (bare in the usage line when required, not in braces), and an option shows its
+metavar, or the upper-case name of its type when it declares none, so every value reads ``URL``,
+``FILE``, ``N``, never ``<int>``.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, Final
+
+import typer
+from typer.core import TyperArgument, TyperOption
+
+__all__ = ["install_help_style", "package_version", "version_option_callback"]
+
+_DISTRIBUTION: Final = "rulvar-otel"
+
+
+def package_version() -> str:
+    """The installed distribution's version (``unknown`` in a bare source tree)."""
+    try:
+        return version(_DISTRIBUTION)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def version_option_callback(value: bool) -> None:
+    """Eager ``--version``: print ``rulvar-otel <version>`` and exit 0."""
+    if value:
+        print(f"{_DISTRIBUTION} {package_version()}")
+        raise typer.Exit(0)
+
+
+def _option_type(self: TyperOption, ctx: object) -> str | None:
+    if self.metavar is not None:
+        return self.metavar
+    if self.is_flag or self.count:
+        return None
+    name = getattr(getattr(self, "type", None), "name", None)
+    label = name.upper() if isinstance(name, str) else "VALUE"
+    return label + ("..." if self.nargs != 1 else "")
+
+
+def _argument_type(self: TyperArgument, ctx: object) -> str | None:
+    return None  # the argument's column already shows its metavar
+
+
+def _argument_usage(self: TyperArgument) -> str:
+    # A required argument reads as its bare metavar (``STREAM.jsonl|-``), an optional one in
+    # brackets, as in every other usage line; braces would read as a set of choices.
+    name = self.display_name_raw if self.required else f"[{self.display_name_raw}]"
+    return name + ("..." if self.nargs != 1 else "")
+
+
+_installed = False
+
+
+def install_help_style() -> None:
+    """Apply the help style to every Typer parameter (idempotent)."""
+    global _installed
+    if _installed:
+        return
+    option_cls: Any = TyperOption
+    argument_cls: Any = TyperArgument
+    option_cls.display_type_rich = _option_type
+    argument_cls.display_type_rich = _argument_type
+    argument_cls._usage_display_name = _argument_usage
+    _installed = True

@@ -1,0 +1,310 @@
+"""What a workflow body receives: ``ctx``, the journaled primitives of its run, and ``AgentOptions``.
+
+Every primitive takes the next positional key of its kind in the current scope; on a re-executed
+body a key the journal already holds is replayed from the journal instead of running again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import inspect
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from rulvar_otel.core.events import ChildEnd, ChildStart, ExternalWaiting, Log, PhaseStart, SpawnAdmitted
+from rulvar_otel.engine import determinism
+from rulvar_otel.engine.journal import JournalKind
+from rulvar_otel.engine.run import RunStatus
+from rulvar_otel.engine.scope import CURRENT_SCOPE, ReplayedCancellation, RunSuspended, Scope
+from rulvar_otel.engine.suspension import SuspensionKind, deadline_error, deadline_from
+from rulvar_otel.engine.tools import Permissions, Tool
+from rulvar_otel.engine.values import jsonable
+from rulvar_otel.engine.workflow import Workflow, check_workflow
+from rulvar_otel.errors import BudgetExhaustedError, ConfigError, JournalError, ReplayMissError
+
+if TYPE_CHECKING:
+    from rulvar_otel.engine.run import RunSegment
+
+__all__ = ["AgentOptions", "Context"]
+
+T = TypeVar("T")
+
+_LOG_LEVELS = ("debug", "info", "warn", "error")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentOptions:
+    """How one agent is dispatched. Build it once and share it, or pass its fields to ``ctx.agent``.
+
+    ``model`` (and the per-role ``*_model``) are ``adapter:model`` refs, default the engine's first
+    adapter's model; ``reserve_usd`` defaults to the engine's ``default_reserve_usd`` (or a
+    countTokens-priced reserve); ``approval_timeout_s`` defaults to the engine's.
+    """
+
+    agent_type: str = ""
+    label: str | None = None
+    tools: Sequence[Tool] = ()
+    schema: Any = None
+    model: str | None = None
+    role: str = "loop"
+    max_turns: int = 16
+    compact_at_tokens: int | None = None
+    summarize_model: str | None = None
+    finalize: bool = False
+    finalize_model: str | None = None
+    extract_model: str | None = None
+    schema_attempts: int = 2
+    reserve_usd: float | None = None
+    permissions: Permissions | None = None
+    deny_repeated_calls: bool = False
+    tool_caps: Mapping[str, int] = field(default_factory=dict[str, int])
+    system: str | None = None
+    stream: bool = False
+    approval_timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        # Frozen copies, so one options object can be shared by many dispatches.
+        object.__setattr__(self, "tools", tuple(self.tools))
+        object.__setattr__(self, "tool_caps", MappingProxyType(dict(self.tool_caps or {})))
+        names = [t.name for t in self.tools]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"agent {self.label or self.agent_type!r}: two tools share a name")
+        if self.max_turns < 1 or self.schema_attempts < 1:
+            raise ConfigError("max_turns and schema_attempts must be >= 1")
+        if self.approval_timeout_s is not None and not self.approval_timeout_s > 0:
+            raise ConfigError("approval_timeout_s must be > 0")
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> AgentOptions:
+        """A copy with ``overrides`` applied; an unknown name is a ConfigError naming it."""
+        if not overrides:
+            return self
+        unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            raise ConfigError(f"unknown agent option(s): {', '.join(unknown)}")
+        return replace(self, **overrides)
+
+
+class Context:
+    """What a workflow body receives: the journaled primitives of the run."""
+
+    def __init__(self, run: RunSegment) -> None:
+        self._run = run
+
+    def _scope(self) -> Scope:
+        scope = CURRENT_SCOPE.get()
+        if scope is None or scope.run is not self._run:
+            raise ConfigError("ctx is used outside its own workflow run")
+        return scope
+
+    @property
+    def run_id(self) -> str:
+        return self._run.run_id
+
+    @asynccontextmanager
+    async def phase(self, name: str) -> AsyncIterator[None]:
+        """A named phase: a span for everything inside, and the ``byPhase`` cost bucket."""
+        scope = self._scope()
+        span = self._run.mint_span()
+        self._run.emit(PhaseStart, span, scope.span_id, phase=name)
+        token = CURRENT_SCOPE.set(replace(scope, span_id=span, parent_span_id=scope.span_id, phase=name))
+        try:
+            yield
+        finally:
+            CURRENT_SCOPE.reset(token)
+
+    def log(self, level: str, msg: str, data: Any = None) -> None:
+        """A workflow log line (``debug``, ``info``, ``warn``, ``error``); ``data`` must be JSON."""
+        if level not in _LOG_LEVELS:
+            raise ConfigError(f"log level must be debug, info, warn or error, got {level!r}")
+        scope = self._scope()
+        self._run.emit(Log, scope.span_id, scope.parent_span_id, level=level, msg=msg, data=jsonable(data))
+
+    def now(self) -> float:
+        """Wall-clock seconds since the epoch, journaled: a replay returns the recorded value."""
+        return self._recorded(JournalKind.NOW, lambda: self._run.engine.clock().timestamp())
+
+    def random(self) -> float:
+        """A float in [0, 1), journaled: a replay returns the recorded value."""
+        return self._recorded(JournalKind.RANDOM, random.SystemRandom().random)
+
+    def _recorded(self, kind: JournalKind, make: Callable[[], float]) -> float:
+        key, _ = self._scope().next_key(kind.value)
+        entry = self._run.journal.lookup(kind, key)
+        if entry is not None:
+            return float(entry.data["value"])
+        if self._run.dry_run:
+            raise ReplayMissError(f"dry-run: no journaled {kind.value}() value for {key}")
+        value = make()
+        self._run.journal.append(kind, key, {"value": value})
+        return value
+
+    async def parallel(self, items: Iterable[Awaitable[T] | Callable[[], Awaitable[T]]]) -> list[T]:
+        """Run branches concurrently, each in its own scope; returns their results in order.
+
+        Every branch runs to its end; then the first failure (in branch order) is raised.
+        """
+        scope = self._scope()
+        run = self._run
+        _, ordinal = scope.next_key("par")
+        tasks: list[asyncio.Task[T]] = []
+        detect = run.engine.determinism_mode != "off"
+        for index, item in enumerate(items):
+            branch = Scope(
+                run,
+                scope.nested_path(f"par:{ordinal}:{index}"),
+                run.mint_span(),
+                scope.span_id,
+                scope.phase,
+                scope.workflow,
+            )
+            awaitable = item() if callable(item) else item
+            tasks.append(asyncio.get_running_loop().create_task(_run_branch(branch, awaitable, detect)))
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        failures = [o for o in outcomes if isinstance(o, BaseException)]
+        for failure in failures:
+            if not isinstance(failure, RunSuspended):
+                raise failure
+        if failures:
+            raise failures[0]
+        return cast(list[T], outcomes)
+
+    async def workflow(self, child: Workflow, args: Any = None) -> Any:
+        """Run ``child`` as a child workflow in its own scope (``child:start``/``child:end``)."""
+        check_workflow(child)
+        scope = self._scope()
+        run = self._run
+        key, ordinal = scope.next_key("child")
+        path = scope.nested_path(f"wf:{child.name}:{ordinal}")
+        terminal = run.journal.lookup(JournalKind.CHILD, key)
+        span = run.mint_span()
+        reserve = run.engine.default_reserve_usd
+        replayed = terminal is not None
+        if not replayed:
+            if run.dry_run:
+                raise ReplayMissError(f"dry-run: child workflow {child.name!r} ({key}) is not journaled")
+            run.journal.ensure_writable()
+            run.budget.admit(reserve)
+            run.agents_spawned += 1
+            admitted = run.journal.append(
+                JournalKind.CHILD_ADMIT, key, {"workflow": child.name, "scope": path}
+            )
+            run.emit(
+                SpawnAdmitted,
+                span,
+                scope.span_id,
+                entry_ref=admitted.seq,
+                verdict="admit",
+                agent_type=child.name,
+                logical_task_id=f"{run.run_id}/{path}",
+                spawn_units_after=max(0, run.engine.max_spawn_units - run.agents_spawned),
+                reserve_usd=reserve,
+            )
+        else:
+            run.agents_spawned += 1
+        run.emit(ChildStart, span, scope.span_id, replayed=replayed, workflow=child.name, scope=path)
+        token = CURRENT_SCOPE.set(Scope(run, path, span, scope.span_id, None, child.name))
+        status = RunStatus.ERROR
+        try:
+            value = await child.fn(self, args)
+            status = RunStatus.OK
+            return value
+        except (asyncio.CancelledError, ReplayedCancellation):
+            status = RunStatus.CANCELLED
+            raise
+        except RunSuspended:
+            status = RunStatus.SUSPENDED
+            raise
+        except BudgetExhaustedError:
+            status = RunStatus.EXHAUSTED
+            raise
+        finally:
+            CURRENT_SCOPE.reset(token)
+            if terminal is not None:
+                recorded = str(terminal.data.get("status", status.value))
+                run.emit(
+                    ChildEnd,
+                    span,
+                    scope.span_id,
+                    replayed=True,
+                    workflow=child.name,
+                    scope=path,
+                    status=recorded,
+                )
+            else:
+                if status != RunStatus.SUSPENDED:
+                    with contextlib.suppress(JournalError):
+                        run.journal.append(
+                            JournalKind.CHILD,
+                            key,
+                            {"workflow": child.name, "scope": path, "status": status.value},
+                        )
+                run.emit(ChildEnd, span, scope.span_id, workflow=child.name, scope=path, status=status.value)
+                run.budget.release(reserve)
+
+    async def await_external(
+        self, key: str, prompt: str | None = None, *, deadline_at: datetime | float | None = None
+    ) -> Any:
+        """Suspend the run until ``handle.resolve_external(key, value)``; returns ``value`` on resume.
+
+        ``deadline_at`` (an aware datetime, or epoch seconds such as ``ctx.now() + 3600``) bounds
+        the wait: once it has passed, a resume (or a late resolution) closes the suspension as timed
+        out and this call raises DeadlineExceededError. The first close wins, so a resolution that
+        arrived before the deadline still applies.
+        """
+        scope = self._scope()
+        run = self._run
+        suspensions = run.suspensions
+        suspension = suspensions.open(
+            SuspensionKind.EXTERNAL,
+            f"{scope.path}|ext:{key}",
+            {"key": key, "prompt": prompt, "scope": scope.path},
+            new_deadline=lambda: deadline_from(deadline_at),
+            miss=f"dry-run: external key {key!r} was never awaited",
+        )
+        if suspension.answer is not None:
+            if suspension.answer.timed_out:
+                raise deadline_error(key, suspension.deadline)
+            return suspension.answer.value
+        run.emit(
+            ExternalWaiting,
+            run.root_span,
+            replayed=suspension.replayed,
+            key=key,
+            entry_ref=suspension.entry.seq,
+            prompt=prompt,
+            deadline_at=suspension.deadline,
+        )
+        if not suspension.replayed and suspensions.deadline_passed(suspension.deadline):
+            suspensions.close_timed_out(suspension.entry.seq)
+            raise deadline_error(key, suspension.deadline)
+        suspensions.pending.append(
+            {"key": key, "scope": scope.path, "entryRef": suspension.entry.seq, "prompt": prompt}
+        )
+        raise RunSuspended
+
+    async def agent(self, prompt: str, options: AgentOptions | None = None, /, **overrides: Any) -> Any:
+        """Dispatch one agent: a tool loop, optional compaction, finalize and schema extract.
+
+        ``options`` is an :class:`AgentOptions`; keyword arguments set or override its fields
+        (``ctx.agent("triage", agent_type="triager", tools=[search])``). Returns the final text, or
+        the validated ``schema`` value. Raises AgentFailedError (or the budget/quota error that
+        ended it) when the agent settles ``error``.
+        """
+        from rulvar_otel.engine.agent import AgentDispatch
+
+        chosen = (options or AgentOptions()).with_overrides(overrides)
+        return await AgentDispatch(self._run, self._scope(), prompt, chosen).dispatch()
+
+
+async def _run_branch(scope: Scope, awaitable: Awaitable[T], detect: bool) -> T:
+    CURRENT_SCOPE.set(scope)
+    if inspect.iscoroutine(awaitable):
+        return await determinism.drive(cast(Coroutine[Any, Any, T], awaitable), detect)
+    return await awaitable

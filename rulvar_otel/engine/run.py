@@ -1,0 +1,327 @@
+"""One execution segment of a run: the main loop, its settlement, and cancellation.
+
+:meth:`RunSegment.start` opens the segment (journal genesis and segment marker), drives the
+workflow body under the determinism detector, and settles exactly once: the ``run_settle`` journal
+entry, ``run:end`` with the terminal envelope, the closed event bus, the result future. Every way
+out settles, a refused journal write included: the stream always ends and the result always resolves
+or rejects with a typed error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from rulvar_otel.core.events import BudgetUpdate, DeterminismWarning, EventModel, Log, RunEnd, RunStart
+from rulvar_otel.core.handle import RunOutcome
+from rulvar_otel.engine import determinism
+from rulvar_otel.engine.budget import BudgetAccount
+from rulvar_otel.engine.bus import EventBus
+from rulvar_otel.engine.cost import AgentRecord, CostReport, build_envelope, fold_cost_report, total_usage
+from rulvar_otel.engine.journal import JournalEntry, JournalKind
+from rulvar_otel.engine.journal_view import JournalView
+from rulvar_otel.engine.limits import ExposureGate
+from rulvar_otel.engine.model import usage_dict, wire_error
+from rulvar_otel.engine.scope import CURRENT_SCOPE, ReplayedCancellation, RunSuspended, Scope
+from rulvar_otel.engine.suspension import ResolutionOutcome, Suspensions
+from rulvar_otel.engine.values import COMPLETION_LISTS, completion_facts, describe_failure, jsonable
+from rulvar_otel.engine.workflow import Workflow
+from rulvar_otel.errors import (
+    BudgetExhaustedError,
+    ConfigError,
+    JournalError,
+    RunRejectedError,
+    WorkflowError,
+)
+
+if TYPE_CHECKING:
+    from rulvar_otel.engine.engine import Engine, EngineRunHandle
+
+__all__ = ["RunSegment", "RunStatus"]
+
+
+class RunStatus(StrEnum):
+    """How a segment settled (``run:end`` ``status``)."""
+
+    OK = "ok"
+    ERROR = "error"
+    CANCELLED = "cancelled"
+    SUSPENDED = "suspended"
+    EXHAUSTED = "exhausted"
+
+
+# Statuses whose outcome carries the workflow's value.
+_VALUE_STATUSES = (RunStatus.OK, RunStatus.EXHAUSTED, RunStatus.ERROR)
+
+# run:end body fields for the completion facts a workflow reported.
+_COMPLETION_EVENT_FIELDS = {
+    "completion": "completion",
+    "childStatusCounts": "child_status_counts",
+    "degradedReasons": "degraded_reasons",
+    "salvagedPartialChildren": "salvaged_partial_children",
+    "salvagedTerminalOutputChildren": "salvaged_terminal_output_children",
+}
+
+
+class RunSegment:
+    """One call of ``engine.run`` or ``engine.resume``: its journal view, bus, budget and settlement."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        wf: Workflow,
+        args: Any,
+        run_id: str,
+        entries: list[JournalEntry],
+        *,
+        segment: int,
+        dry_run: bool,
+        budget_usd: float | None,
+    ) -> None:
+        if budget_usd is not None and (budget_usd < 0 or budget_usd != budget_usd):
+            raise ConfigError("budget_usd must be a number >= 0")
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise ConfigError(
+                "engine.run and engine.resume need a running event loop (call them from async code)"
+            ) from None
+        self.engine = engine
+        self.wf = wf
+        self.args = args
+        self.run_id = run_id
+        self.segment = segment
+        self.journal = JournalView(engine.journal, run_id, entries, clock=engine.clock, read_only=dry_run)
+        base = segment << 32
+        self._next_span = base
+        self.root_span = self.mint_span()
+        self.bus = EventBus(
+            run_id, base=base, masker=engine.masker, clock=engine.clock, root_span=self.root_span
+        )
+        self.budget = BudgetAccount(budget_usd, self.report_budget)
+        self.records: list[AgentRecord] = []
+        self.agents_spawned = 0
+        self.suspensions = Suspensions(self)
+        cap = engine.max_in_flight_exposure_usd
+        self.exposure = ExposureGate(cap) if cap else None
+        self.cancel_reason: str | None = None
+        self._started = False
+        self.task: asyncio.Task[None] | None = None
+        self.result: asyncio.Future[RunOutcome] = loop.create_future()
+        self.detector = determinism.DeterminismDetector(
+            self._determinism_warning,
+            allow=engine.determinism_allow,
+            reject=engine.determinism_mode == "error",
+        )
+
+    @property
+    def dry_run(self) -> bool:
+        return self.journal.read_only
+
+    def start(self) -> EngineRunHandle:
+        from rulvar_otel.engine.engine import EngineRunHandle
+
+        handle = EngineRunHandle(self)
+        self.task = asyncio.get_running_loop().create_task(self._main(), name=f"rulvar-run-{self.run_id}")
+        self.task.add_done_callback(self._task_done)
+        return handle
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        if self.result.done():
+            return
+        exc = task.exception() if not task.cancelled() else None
+        # Whatever went wrong, iterators of the stream must end rather than wait forever.
+        self.bus.close()
+        self.suspensions.cancel_waiters()
+        self.result.set_exception(
+            RunRejectedError(f"the run task ended without settling: {exc!r}", name="EngineError")
+        )
+
+    def mint_span(self) -> str:
+        span = f"s{self._next_span}"
+        self._next_span += 1
+        return span
+
+    def emit(self, cls: type[EventModel], span_id: str, parent: str | None = None, **body: Any) -> EventModel:
+        with determinism.suppressed():
+            return self.bus.emit(cls, span_id, parent, **body)
+
+    def report_budget(self) -> None:
+        budget = self.budget
+        self.emit(
+            BudgetUpdate,
+            self.root_span,
+            spent_usd=budget.spent_usd,
+            remaining_usd=budget.remaining_usd,
+            committed_reserve_usd=max(0.0, budget.committed_usd),
+        )
+
+    def _determinism_warning(
+        self, category: str, provenance: str, frame: str, file: str, line: int, column: int | None
+    ) -> None:
+        current = CURRENT_SCOPE.get()
+        own = current is not None and current.run is self
+        self.emit(
+            DeterminismWarning,
+            current.span_id if own and current is not None else self.root_span,
+            current.parent_span_id if own and current is not None else None,
+            category=category,
+            provenance=provenance,
+            frame=frame,
+            file=file,
+            line=line,
+            column=column,
+        )
+
+    def request_cancel(self, reason: str) -> None:
+        if self.result.done() or self.cancel_reason is not None:
+            return
+        self.cancel_reason = reason
+        if self._started and self.task is not None:
+            self.task.cancel()
+
+    def resolve(self, key_or_ref: str | int, value: Any, by: str) -> ResolutionOutcome:
+        return self.suspensions.resolve(key_or_ref, value, by)
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    def _open_segment(self) -> str | None:
+        """Journal the genesis and the segment marker; returns a warning for a read-only archive."""
+        if self.dry_run:
+            try:
+                self.journal.write_marker(self.segment, dry_run=True)
+            except JournalError as exc:
+                return (
+                    f"the journal is read-only ({exc}); this dry-run replays it without reserving "
+                    f"segment {self.segment}"
+                )
+            return None
+        if self.segment == 0:
+            self.journal.append(
+                JournalKind.RUN_START,
+                None,
+                {"workflow": self.wf.name, "args": jsonable(self.args), "budgetUsd": self.budget.ceiling_usd},
+            )
+        self.journal.write_marker(self.segment, dry_run=False)
+        return None
+
+    async def _main(self) -> None:
+        from rulvar_otel.engine.context import Context
+
+        self._started = True
+        ctx = Context(self)
+        CURRENT_SCOPE.set(Scope(self, "", self.root_span, None, None, self.wf.name))
+        opened = True
+        warning: str | None = None
+        try:
+            warning = self._open_segment()
+        except JournalError:
+            opened = False  # latched in the journal view; settled below without running the body
+        self.emit(RunStart, self.root_span, workflow=self.wf.name, resumed=self.segment > 0)
+        if warning is not None:
+            self.emit(Log, self.root_span, level="warn", msg=warning)
+        status = RunStatus.OK
+        value: Any = None
+        error: dict[str, Any] | None = None
+        facts: dict[str, Any] = {}
+        detect = self.engine.determinism_mode != "off"
+        try:
+            if self.cancel_reason is not None:
+                raise asyncio.CancelledError
+            if opened:
+                with self.detector.active():
+                    value = await determinism.drive(self.wf.fn(ctx, self.args), detect)
+                facts = completion_facts(value)
+        except asyncio.CancelledError:
+            if self.task is not None:
+                self.task.uncancel()
+            status = RunStatus.CANCELLED
+            error = wire_error("cancelled", self.cancel_reason or "the run was cancelled")
+        except ReplayedCancellation:
+            status = RunStatus.CANCELLED
+            error = wire_error("cancelled", "the replayed segment was cancelled")
+        except RunSuspended:
+            status = RunStatus.SUSPENDED
+        except BudgetExhaustedError as exc:
+            status, error, facts = RunStatus.EXHAUSTED, exc.to_wire(), completion_facts(exc.data)
+        except WorkflowError as exc:
+            status, error, facts = RunStatus.ERROR, exc.to_wire(), completion_facts(exc.data)
+        except Exception as exc:  # noqa: BLE001 - any workflow failure settles the run as error
+            code = getattr(exc, "code", None)
+            code = code if isinstance(code, str) and code else "error"
+            status, error = RunStatus.ERROR, wire_error(code, describe_failure(exc))
+        violation = self.detector.violation
+        if violation is not None and status != RunStatus.CANCELLED:
+            # Rejected even when the workflow caught the error: its result rests on a bare call.
+            status, value, error, facts = RunStatus.ERROR, None, violation.to_wire(), {}
+        failure = self.journal.failure
+        if failure is not None and not self.dry_run:
+            # Facts went unrecorded: whatever the body returned, the run cannot stand on it.
+            status, value, facts = RunStatus.ERROR, None, {}
+            error = wire_error(JournalError.code, f"the journal refused a write: {failure}")
+        self._settle(status, value, error, facts)
+
+    def _settle(
+        self, status: RunStatus, value: Any, error: dict[str, Any] | None, facts: dict[str, Any]
+    ) -> None:
+        report: CostReport = fold_cost_report(self.records)
+        usage = total_usage(self.records)
+        completion = facts.get("completion")
+        envelope = build_envelope(
+            run_id=self.run_id,
+            workflow=self.wf.name,
+            status=status.value,
+            report=report,
+            usage=usage,
+            agents_spawned=self.agents_spawned,
+            error=error,
+            completion=completion,
+        )
+        refused: JournalError | None = None
+        if not self.dry_run:
+            try:
+                self.journal.append(
+                    JournalKind.RUN_SETTLE,
+                    None,
+                    {"status": status.value, "value": jsonable(value), "error": error, "lift": facts},
+                )
+            except JournalError as exc:
+                refused = self.journal.failure or exc  # the first refusal names the cause
+                envelope["settled"] = False
+                self.emit(Log, self.root_span, level="warn", msg=f"settlement write failed: {exc}")
+        self.emit(
+            RunEnd,
+            self.root_span,
+            status=status.value,
+            total_usd=report.total_usd,
+            usage_approx=True if report.usage_approx else None,
+            settled=None if refused is None else False,
+            envelope=envelope,
+            **{_COMPLETION_EVENT_FIELDS[k]: v for k, v in facts.items()},
+        )
+        self.bus.close()
+        self.suspensions.cancel_waiters()
+        if refused is not None:
+            rejection = RunRejectedError(
+                f"settlement failed: {refused}; nothing durable records this terminal",
+                name="SettlementError",
+                error_code=JournalError.code,
+            )
+            rejection.__cause__ = refused
+            self.result.set_exception(rejection)
+            return
+        outcome = RunOutcome(
+            status=status.value,
+            value=jsonable(value) if status in _VALUE_STATUSES and value is not None else None,
+            error=error,
+            usage=usage_dict(usage),
+            cost=report.to_json(),
+            envelope=envelope,
+            completion=completion,
+            childStatusCounts=facts.get("childStatusCounts"),
+            dropped=[],
+            pending=list(self.suspensions.pending),
+            **{k: v for k, v in facts.items() if k in COMPLETION_LISTS},
+        )
+        self.result.set_result(outcome)
