@@ -3,6 +3,7 @@
 Nothing here imports OpenTelemetry, a network client or a CLI library (a test enforces it).
 """
 
+from rulvar_otel.core.drain import Drained, FanOut, Sink, drain, drain_events
 from rulvar_otel.core.envelope import TerminalEnvelope, parse_terminal_envelope
 from rulvar_otel.core.events import (
     ENVELOPE_FIELDS,
@@ -35,6 +36,11 @@ from rulvar_otel.core.masking import (
 
 __all__ = [
     "DEFAULT_SECRET_PATTERNS",
+    "Drained",
+    "FanOut",
+    "Sink",
+    "drain",
+    "drain_events",
     "ENVELOPE_FIELDS",
     "KNOWN_EVENT_TYPES",
     "MASKED_SECRET",

@@ -2,8 +2,9 @@
 
 Events are routed by ``runId``, so two runs in one stream become two traces even when they reuse
 span ids. At the end each run settles with its own outcome: the handle's for the run it names
-(or for the only run), the last ``run:end`` for the others. Both export pipelines (SDK spans and
-the direct path) route through :class:`RunRouter`; only the tracer differs.
+(or for the only run), the last ``run:end`` for the others and whenever no outcome was given.
+Both export pipelines (SDK spans and the direct path) route through :class:`RunRouter`; only the
+tracer and the metrics sink differ.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ class RunRouter:
         spans = 0
         single = len(self._runs) == 1
         for rid, (mapper, metrics) in self._runs.items():
-            own = outcome if single or rid == primary_run_id else outcome_from_run_end(mapper.last_run_end)
+            given = outcome is not None and (single or rid == primary_run_id)
+            own = outcome if given else outcome_from_run_end(mapper.last_run_end)
             spans += int(mapper.finish(own))
             if metrics is not None:
                 metrics.finish(own)
