@@ -189,6 +189,15 @@ PrometheusLingerOption = Annotated[
         help="Keep the Prometheus endpoint up this long after the export, so a scrape can happen.",
     ),
 ]
+PipelineOption = Annotated[
+    str,
+    typer.Option(
+        "--pipeline",
+        metavar="direct|sdk",
+        help="How spans are made: direct (finished span records straight to the exporters, the "
+        "fastest) or sdk (an OpenTelemetry SDK TracerProvider). Both export the same content.",
+    ),
+]
 
 
 # Every export option, in the order --help lists them, with its default.
@@ -209,6 +218,7 @@ _SHARED_OPTIONS: Final[tuple[tuple[str, Any, Any], ...]] = (
     ("prometheus_port", PrometheusPortOption, None),
     ("prometheus_host", PrometheusHostOption, DEFAULT_PROMETHEUS_HOST),
     ("prometheus_linger", PrometheusLingerOption, 0.0),
+    ("pipeline", PipelineOption, "direct"),
 )
 
 
@@ -232,6 +242,7 @@ _FLAG_NAMES: Final = (
     ("Prometheus port must", "--prometheus-port must"),
     ("Prometheus host must", "--prometheus-host must"),
     ("Prometheus linger must", "--prometheus-linger must"),
+    ("pipeline must", "--pipeline must"),
 )
 
 
@@ -260,6 +271,7 @@ def options_from_cli(
     prometheus_port: int | None = None,
     prometheus_host: str = DEFAULT_PROMETHEUS_HOST,
     prometheus_linger: float = 0.0,
+    pipeline: str = "direct",
 ) -> CommandOptions:
     """Raw option values to :class:`CommandOptions`; :class:`ConfigError` names a bad flag."""
     if progress not in PROGRESS_MODES:
@@ -281,6 +293,7 @@ def options_from_cli(
             prometheus_port=prometheus_port,
             prometheus_host=prometheus_host,
             prometheus_linger_s=prometheus_linger,
+            pipeline=pipeline,
         )
     except ConfigError as exc:
         raise ConfigError(_flagged(str(exc))) from None

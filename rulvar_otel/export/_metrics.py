@@ -162,6 +162,9 @@ class MetricsPipeline:
     _exporter: _TrackedMetricExporter | None = None
     stop_linger: threading.Event = field(default_factory=threading.Event)
     problems: list[str] = field(default_factory=list)
+    # The readers on the provider (the direct path points them at its own aggregates).
+    readers: tuple[MetricReader, ...] = ()
+    resource: Resource | None = None
 
     @property
     def meter(self) -> Meter:
@@ -331,6 +334,8 @@ def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = Non
         thread,
         scrapes,
         tracked,
+        readers=tuple(readers),
+        resource=resource,
     )
 
 

@@ -20,6 +20,9 @@ from rulvar_otel.export._settings import PROTOCOLS, check_endpoint
 __all__ = ["DEFAULT_PROMETHEUS_HOST", "ExportOptions", "parse_header"]
 
 DEFAULT_PROMETHEUS_HOST: Final = "127.0.0.1"
+# How spans are made: "direct" (finished records straight to the exporters) or "sdk" (a
+# TracerProvider's spans and processors); both export the same content.
+PIPELINES: Final = ("direct", "sdk")
 MAX_LINGER_S: Final = 3600.0
 
 
@@ -52,6 +55,9 @@ class ExportOptions:
     (``openinference.project.name``, Phoenix's project; defaults to a chosen service name).
     Content: ``patterns`` are extra secret regexes; ``openinference`` adds the OpenInference
     span kinds beside the GenAI conventions; ``deterministic_ids`` derives ids from the run.
+    ``pipeline``: ``"direct"`` (the default: finished span records straight to the exporters,
+    metrics aggregated for the readers) or ``"sdk"`` (a TracerProvider and SDK instruments); the
+    two export the same content.
     Metrics (opt-in): ``metrics_endpoint`` pushes OTLP; ``prometheus_port`` serves ``/metrics``
     on ``prometheus_host`` (0 picks a free port), kept up ``prometheus_linger_s`` after the run.
     """
@@ -66,12 +72,15 @@ class ExportOptions:
     export_timeout_s: float | None = None
     deterministic_ids: bool = False
     openinference: bool = True
+    pipeline: str = "direct"
     metrics_endpoint: str | None = None
     prometheus_port: int | None = None
     prometheus_host: str = DEFAULT_PROMETHEUS_HOST
     prometheus_linger_s: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.pipeline not in PIPELINES:
+            raise ConfigError(f"pipeline must be one of {', '.join(PIPELINES)} (got {self.pipeline!r})")
         if self.protocol is not None and self.protocol not in PROTOCOLS:
             raise ConfigError(f"protocol must be grpc or http/protobuf (got {self.protocol!r})")
         if self.endpoint is not None:

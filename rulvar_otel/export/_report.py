@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import SecretMasker
+from rulvar_otel.export._metrics import MetricsPipeline
 from rulvar_otel.export._options import ExportOptions
 from rulvar_otel.export._traces import DeliveryReport
 
@@ -110,7 +111,11 @@ class SpanPipeline(Protocol):
 
 
 class PipelineFactory(Protocol):
-    """Builds the span pipeline of one export (raises ConfigError for bad options)."""
+    """Builds the span pipeline of one export (raises ConfigError for bad options).
+
+    ``meter`` is the metrics pipeline's meter (``None`` without metrics); ``metrics`` the
+    pipeline itself, for a span pipeline that feeds its readers another way (the direct path).
+    """
 
     def __call__(
         self,
@@ -120,4 +125,5 @@ class PipelineFactory(Protocol):
         meter: Meter | None,
         environ: Mapping[str, str] | None,
         keep_spans: bool,
+        metrics: MetricsPipeline | None = None,
     ) -> SpanPipeline: ...

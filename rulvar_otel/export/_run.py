@@ -4,7 +4,8 @@ One export: open the metrics pipeline (when asked) and the span pipeline, drain 
 events into it and any observers, settle, flush, and return an :class:`ExportReport`. Nothing is
 printed and nothing is raised for bad options, bad input or an unreachable backend: each is an
 :class:`ExportFailure` of a :class:`FailureKind` in the report. The span pipeline is pluggable
-(``pipeline=``, see ``_report.SpanPipeline``); the default is ``_sdk_pipeline``.
+(``pipeline=``, see ``_report.SpanPipeline``); without one, ``ExportOptions.pipeline`` picks
+``_direct_pipeline`` (the default) or ``_sdk_pipeline``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome
 from rulvar_otel.core.masking import compile_secret_masker
 from rulvar_otel.errors import ConfigError, RulvarOtelError
+from rulvar_otel.export._direct_pipeline import direct_pipeline
 from rulvar_otel.export._logs import SdkLogCapture, clean_text
 from rulvar_otel.export._metrics import MetricsPipeline, build_metrics_delivery
 from rulvar_otel.export._options import ExportOptions
@@ -50,7 +52,9 @@ class _Export:
         pipeline: PipelineFactory | None = None,
     ) -> None:
         self.options = options
-        self.make_pipeline: PipelineFactory = pipeline or sdk_pipeline
+        if pipeline is None:
+            pipeline = direct_pipeline if options.pipeline == "direct" else sdk_pipeline
+        self.make_pipeline: PipelineFactory = pipeline
         self.observers = list(observers)
         self.on_note = on_note
         self.environ = environ
@@ -93,6 +97,7 @@ class _Export:
                 meter=meter,
                 environ=self.environ,
                 keep_spans=self.keep_spans,
+                metrics=self.metrics,
             )
         except ConfigError as exc:
             if self.metrics is not None:
@@ -317,7 +322,8 @@ def export_run(
     ``observers`` see every event and the outcome (a progress view); ``on_note`` receives
     status lines as they happen (the Prometheus address, say); ``keep_spans`` keeps ended spans
     in the report (every root, a bounded number of others) for a terminal tree; ``pipeline``
-    replaces the default SDK span pipeline (:func:`sdk_pipeline`). Never raises
+    replaces the span pipeline ``options.pipeline`` picks (:func:`sdk_pipeline` or the direct
+    path's). Never raises
     for bad options, bad input or an unreachable backend: see :attr:`ExportReport.failures`.
     A :class:`StreamedRun` over a plain iterable is drained without an event loop, so the first
     Ctrl-C ends even a blocked read; the report then says ``interrupted``.

@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from rulvar_otel.core.drain import Sink
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import SecretMasker
+from rulvar_otel.export._metrics import MetricsPipeline
 from rulvar_otel.export._options import ExportOptions
 from rulvar_otel.export._report import SpanPipeline
 from rulvar_otel.export._traces import DeliveryReport, TraceDelivery, build_trace_delivery
@@ -65,8 +66,12 @@ def sdk_pipeline(
     meter: Meter | None,
     environ: Mapping[str, str] | None,
     keep_spans: bool,
+    metrics: MetricsPipeline | None = None,
 ) -> SpanPipeline:
-    """SDK spans through :func:`build_trace_delivery` (``ExportOptions(pipeline="sdk")``)."""
+    """SDK spans through :func:`build_trace_delivery` (``ExportOptions(pipeline="sdk")``).
+
+    Metrics, when asked for, are recorded on ``meter`` (``metrics`` is not needed here).
+    """
     delivery = build_trace_delivery(options, environ=environ, keep_spans=keep_spans)
     # None keeps the mapper's default set (OpenInference on); () leaves only OpenTelemetry's.
     conventions = None if options.openinference else ()

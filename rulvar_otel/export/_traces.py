@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -52,6 +52,9 @@ from rulvar_otel.otel.ids import RulvarIdGenerator
 
 __all__ = [
     "DEFAULT_EXPORT_TIMEOUT_S",
+    "Destinations",
+    "delivery_report",
+    "resolve_destinations",
     "DEFAULT_MAX_QUEUE_SIZE",
     "DEFAULT_VALUE_LENGTH_LIMIT",
     "PROJECT_ATTRIBUTE",
@@ -174,13 +177,16 @@ def resolve_project(options: ExportOptions, environ: Mapping[str, str] | None = 
     return options.project or options.service_name or (found[1] if found else None)
 
 
-def _make_otlp_exporter(target: OtlpTarget) -> SpanExporter:
+def _make_otlp_exporter(target: OtlpTarget, *, direct: bool = False) -> SpanExporter:
     if target.protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
             OTLPSpanExporter as GrpcSpanExporter,
         )
 
-        return GrpcSpanExporter(
+        from rulvar_otel.otel.direct import grpc_span_exporter
+
+        make: Callable[..., SpanExporter] = grpc_span_exporter if direct else GrpcSpanExporter
+        return make(
             endpoint=target.endpoint,
             insecure=urlsplit(target.endpoint).scheme == "http",
             headers=dict(target.headers),
@@ -326,22 +332,34 @@ class TraceDelivery:
             # Exports whatever is queued, batch by batch; each batch is bounded by the timeout.
             processor.force_flush()
         self.provider.shutdown()
-        written: list[Path] = []
-        for exporter, tracked in self._files:
-            complete = tracked.error is None and tracked.delivered == self._recorder.ended
-            if keep_output and complete and exporter.commit():
-                if exporter.path is not None:
-                    written.append(exporter.path)
-            else:
-                exporter.discard()
-        targets = tuple(
-            TargetReport(target=e.target, delivered=e.delivered, failed=e.failed, error=e.error)
-            for e in self._exporters
-        )
-        self._report = DeliveryReport(
-            spans_ended=self._recorder.ended, targets=targets, written=tuple(written)
-        )
+        self._report = delivery_report(self._exporters, self._files, self._recorder.ended, keep_output)
         return self._report
+
+
+def delivery_report(
+    exporters: Sequence[_TrackedExporter],
+    files: Sequence[tuple[OtlpJsonFileExporter, _TrackedExporter]],
+    spans_ended: int,
+    keep_output: bool,
+) -> DeliveryReport:
+    """Keep or discard each file output, then report what arrived where (every span pipeline).
+
+    A file that received every span is renamed into place when ``keep_output``; otherwise its
+    temporary file is removed and any earlier file at the target is left untouched.
+    """
+    written: list[Path] = []
+    for exporter, tracked in files:
+        complete = tracked.error is None and tracked.delivered == spans_ended
+        if keep_output and complete and exporter.commit():
+            if exporter.path is not None:
+                written.append(exporter.path)
+        else:
+            exporter.discard()
+    targets = tuple(
+        TargetReport(target=e.target, delivered=e.delivered, failed=e.failed, error=e.error)
+        for e in exporters
+    )
+    return DeliveryReport(spans_ended=spans_ended, targets=targets, written=tuple(written))
 
 
 def _span_limits(env: Mapping[str, str]) -> tuple[SpanLimits, int]:
@@ -358,6 +376,65 @@ def _span_limits(env: Mapping[str, str]) -> tuple[SpanLimits, int]:
     return limits, length
 
 
+@dataclass(frozen=True, slots=True)
+class Destinations:
+    """Where one export's spans go and under which limits: the same for every span pipeline."""
+
+    otlp: OtlpTarget | None
+    exporters: tuple[_TrackedExporter, ...]
+    files: tuple[tuple[OtlpJsonFileExporter, _TrackedExporter], ...]
+    resource: Resource
+    limits: SpanLimits
+    name_limit: int
+    queue: int
+    batch: int
+
+
+def resolve_destinations(
+    options: ExportOptions,
+    *,
+    environ: Mapping[str, str] | None = None,
+    default_path: str | Path = DEFAULT_OTLP_JSON_PATH,
+    direct: bool = False,
+) -> Destinations:
+    """The exporters, resource, span limits and batching ``options`` and the environment ask for.
+
+    ``direct`` builds the OTLP/gRPC exporter that reads a direct batch's prebuilt request (the
+    same exporter class and settings). Raises :class:`ConfigError` as :func:`build_trace_delivery`.
+    """
+    env = os.environ if environ is None else environ
+    otlp = resolve_otlp_target(options, env)
+    file_path = options.out if options.out is not None else (Path(default_path) if otlp is None else None)
+    queue = read_int(env, "OTEL_BSP_MAX_QUEUE_SIZE", minimum=1) or DEFAULT_MAX_QUEUE_SIZE
+    batch = read_int(env, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", minimum=1) or DEFAULT_MAX_EXPORT_BATCH_SIZE
+    limits, name_limit = _span_limits(env)
+
+    exporters: list[_TrackedExporter] = []
+    files: list[tuple[OtlpJsonFileExporter, _TrackedExporter]] = []
+    if otlp is not None:
+        exporters.append(_TrackedExporter(_make_otlp_exporter(otlp, direct=direct), otlp.describe()))
+    if file_path is not None:
+        file_exporter = OtlpJsonFileExporter(file_path, atomic=True)
+        tracked = _TrackedExporter(file_exporter, f"file {file_path}")
+        files.append((file_exporter, tracked))
+        exporters.append(tracked)
+
+    attributes: dict[str, str] = {SERVICE_NAME: resolve_service_name(options, env)}
+    project = resolve_project(options, env)
+    if project:
+        attributes[PROJECT_ATTRIBUTE] = project
+    return Destinations(
+        otlp,
+        tuple(exporters),
+        tuple(files),
+        Resource.create(attributes),
+        limits,
+        name_limit,
+        queue,
+        min(batch, queue),
+    )
+
+
 def build_trace_delivery(
     options: ExportOptions | None = None,
     *,
@@ -372,29 +449,11 @@ def build_trace_delivery(
     or an unwritable output file, before any span exists.
     """
     opts = options or ExportOptions()
-    env = os.environ if environ is None else environ
-    otlp = resolve_otlp_target(opts, env)
-    file_path = opts.out if opts.out is not None else (Path(default_path) if otlp is None else None)
-    queue = read_int(env, "OTEL_BSP_MAX_QUEUE_SIZE", minimum=1) or DEFAULT_MAX_QUEUE_SIZE
-    batch = read_int(env, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", minimum=1) or DEFAULT_MAX_EXPORT_BATCH_SIZE
-    limits, name_limit = _span_limits(env)
-
-    exporters: list[_TrackedExporter] = []
-    files: list[tuple[OtlpJsonFileExporter, _TrackedExporter]] = []
-    if otlp is not None:
-        exporters.append(_TrackedExporter(_make_otlp_exporter(otlp), otlp.describe()))
-    if file_path is not None:
-        file_exporter = OtlpJsonFileExporter(file_path, atomic=True)
-        tracked = _TrackedExporter(file_exporter, f"file {file_path}")
-        files.append((file_exporter, tracked))
-        exporters.append(tracked)
-
-    attributes: dict[str, str] = {SERVICE_NAME: resolve_service_name(opts, env)}
-    project = resolve_project(opts, env)
-    if project:
-        attributes[PROJECT_ATTRIBUTE] = project
+    found = resolve_destinations(opts, environ=environ, default_path=default_path)
+    otlp, exporters, files = found.otlp, found.exporters, found.files
+    queue, batch, limits, name_limit = found.queue, found.batch, found.limits, found.name_limit
     provider = TracerProvider(
-        resource=Resource.create(attributes),
+        resource=found.resource,
         sampler=ALWAYS_ON,
         span_limits=limits,
         id_generator=RulvarIdGenerator() if opts.deterministic_ids else None,
