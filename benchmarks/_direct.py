@@ -76,7 +76,7 @@ def direct_run(stream: Path, make_exporter: Callable[[], SpanExporter], *, metri
 
 
 def file_exporter(directory: Path, name: str) -> Callable[[], SpanExporter]:
-    from rulvar_otel.otel._otlp_json import OtlpJsonFileExporter
+    from rulvar_otel.export import OtlpJsonFileExporter
 
     return lambda: OtlpJsonFileExporter(directory / name)
 

@@ -26,7 +26,7 @@ class E2EResult:
     stderr_tail: str
 
 
-def export_to_receiver(stream: Path, *, timeout: float = 300.0) -> E2EResult:
+def export_to_receiver(stream: Path, *, pipeline: str = "direct", timeout: float = 300.0) -> E2EResult:
     """Run the CLI in a fresh process (start-up included in the wall time) and count what arrived."""
     with GrpcTraceReceiver() as receiver:
         start = time.perf_counter()
@@ -44,6 +44,8 @@ def export_to_receiver(stream: Path, *, timeout: float = 300.0) -> E2EResult:
                 "--progress",
                 "off",
                 "--no-tree",
+                "--pipeline",
+                pipeline,
             ],
             capture_output=True,
             text=True,

@@ -248,7 +248,7 @@ def bench_metrics(stream: Path, rounds: int) -> list[Figure]:
 
 
 def _file_counts(path: Path) -> tuple[int, int]:
-    from rulvar_otel.otel._otlp_json import iter_otlp_json_file
+    from rulvar_otel.export import iter_otlp_json_file
 
     spans = events = 0
     for request in iter_otlp_json_file(path):
@@ -469,28 +469,33 @@ def bench_scale(
 def bench_e2e(stream: Path, spans: int, span_events: int) -> list[Figure]:
     from benchmarks._e2e import export_to_receiver
 
-    r = export_to_receiver(stream)
-    complete = (
-        r.exit_code == 0
-        and r.spans == spans
-        and r.span_events == span_events
-        and r.dropped_events == 0
-        and r.dropped_attributes == 0
-    )
-    notes = [] if r.exit_code == 0 else [f"CLI exit {r.exit_code}: {r.stderr_tail}"]
-    return [
-        Figure(
-            "end to end",
-            f"rulvar-otel export -> OTLP/gRPC on 127.0.0.1: {r.spans}/{spans} spans, "
-            f"{r.span_events}/{span_events} span events, {r.dropped_events} dropped",
-            f"{r.seconds * 1e3:8.1f} ms wall",
-            "(process start-up included)",
-            None,
-            "zero dropped",
-            complete,
-            notes,
+    figures: list[Figure] = []
+    results = {pipeline: export_to_receiver(stream, pipeline=pipeline) for pipeline in ("direct", "sdk")}
+    for pipeline, r in results.items():
+        complete = (
+            r.exit_code == 0
+            and r.spans == spans
+            and r.span_events == span_events
+            and r.dropped_events == 0
+            and r.dropped_attributes == 0
         )
-    ]
+        notes = [] if r.exit_code == 0 else [f"CLI exit {r.exit_code}: {r.stderr_tail}"]
+        other = results["sdk"]
+        figures.append(
+            Figure(
+                "end to end",
+                f"rulvar-otel export --pipeline {pipeline} -> OTLP/gRPC on 127.0.0.1: {r.spans}/{spans} "
+                f"spans, {r.span_events}/{span_events} span events, {r.dropped_events} dropped",
+                f"{r.seconds * 1e3:8.1f} ms wall",
+                "(process start-up included)"
+                + (f"; --pipeline sdk {other.seconds * 1e3:8.1f} ms" if pipeline == "direct" else ""),
+                r.seconds / other.seconds if pipeline == "direct" else None,
+                "zero dropped",
+                complete,
+                notes,
+            )
+        )
+    return figures
 
 
 # --- the command -----------------------------------------------------------------------------------

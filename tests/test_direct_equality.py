@@ -21,9 +21,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from rulvar_otel.core.handle import RunOutcome
+from rulvar_otel.export import parse_otlp_json_line
 from rulvar_otel.otel import export_events, semconv
 from rulvar_otel.otel._encode import EncodedBatch
-from rulvar_otel.otel._otlp_json import parse_otlp_json_line
 from rulvar_otel.otel.direct import export_events_direct
 from rulvar_otel.otel.ids import RulvarIdGenerator
 from tests._fixtures import events, outcome, stream_names
