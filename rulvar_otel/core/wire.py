@@ -63,12 +63,15 @@ _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def as_wire(event: EventLike) -> Mapping[str, Any]:
-    """The wire-form mapping of either event form (a mapping is returned as it is)."""
+    """The wire-form mapping of either event form (a mapping is returned as it is).
+
+    Anything else has no wire form: an empty mapping, which every consumer skips.
+    """
     if type(event) is dict or isinstance(event, Mapping):
         return event
-    from rulvar_otel.core.events import event_to_wire  # the model imports this module
+    from rulvar_otel.core.events import EventModel, event_to_wire  # the model imports this module
 
-    return event_to_wire(event)
+    return event_to_wire(event) if isinstance(event, EventModel) else {}
 
 
 def ts_ns(value: object) -> int | None:

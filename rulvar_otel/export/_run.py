@@ -19,6 +19,7 @@ from typing import Any
 
 from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome
 from rulvar_otel.core.masking import compile_secret_masker
+from rulvar_otel.core.wire import as_wire
 from rulvar_otel.errors import ConfigError, RulvarOtelError
 from rulvar_otel.export._direct_pipeline import direct_pipeline
 from rulvar_otel.export._logs import SdkLogCapture, clean_text
@@ -33,7 +34,7 @@ from rulvar_otel.export._report import (
     SpanPipeline,
 )
 from rulvar_otel.export._sdk_pipeline import sdk_pipeline
-from rulvar_otel.export._stream import StreamedRun, wire
+from rulvar_otel.export._stream import StreamedRun
 from rulvar_otel.export._traces import resolve_service_name
 
 __all__ = ["export_run", "export_run_async"]
@@ -110,7 +111,7 @@ class _Export:
 
     def feed(self, event: EventLike) -> None:
         self.events += 1
-        data = wire(event)
+        data = as_wire(event)
         assert self.pipeline is not None
         self.pipeline.feed(data)
         for observer in list(self.observers):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from rulvar_otel.core.events import EventModel, event_to_wire
+from rulvar_otel.core.events import event_to_wire
 from rulvar_otel.core.handle import EventLike, RunOutcome, event_field, outcome_from_run_end
 from rulvar_otel.errors import SourceError
 
@@ -154,12 +154,3 @@ class StreamedRun:
                 listeners.remove(callback)
 
         return off
-
-
-def wire(event: EventLike) -> Mapping[str, Any]:
-    """The wire form of an event (models are dumped; mappings pass through)."""
-    if type(event) is dict:
-        return event
-    if isinstance(event, EventModel):
-        return event_to_wire(event)
-    return event if isinstance(event, Mapping) else {}
