@@ -259,9 +259,14 @@ def _file_counts(path: Path) -> tuple[int, int]:
     return spans, events
 
 
-def _received_counts(receiver: Any) -> tuple[int, int]:
-    received = receiver.spans()
-    return len(received), sum(len(r.span.events) for r in received)
+def _request_counts(requests: list[Any]) -> tuple[int, int]:
+    spans = events = 0
+    for request in requests:
+        for resource_spans in request.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                spans += len(scope_spans.spans)
+                events += sum(len(span.events) for span in scope_spans.spans)
+    return spans, events
 
 
 def bench_direct(stream: Path, rounds: int) -> list[Figure]:
@@ -334,14 +339,15 @@ def bench_direct(stream: Path, rounds: int) -> list[Figure]:
 
     with GrpcTraceReceiver() as sdk_receiver, GrpcTraceReceiver() as direct_receiver:
         sdk_endpoint, direct_endpoint = sdk_receiver.endpoint, direct_receiver.endpoint
-        seen: dict[str, list[tuple[int, int]]] = {"sdk": [], "direct": []}
+        taken: dict[str, list[list[Any]]] = {"sdk": [], "direct": []}
 
         def checked(name: str, receiver: Any, run: Callable[[], object]) -> Callable[[], object]:
             def case() -> object:
                 result = run()
-                seen[name].append(_received_counts(receiver))
+                # Only set aside here (counted after timing): what arrived is checked per round.
                 with receiver._lock:
-                    receiver.requests.clear()
+                    taken[name].append(receiver.requests)
+                    receiver.requests = []
                 return result
 
             return case
@@ -363,6 +369,9 @@ def bench_direct(stream: Path, rounds: int) -> list[Figure]:
             },
             rounds,
         )
+    seen = {
+        name: [_request_counts(requests) for requests in rounds_taken] for name, rounds_taken in taken.items()
+    }
     complete = all(c == (spans, span_events) for c in seen["sdk"] + seen["direct"])
     ratio = t.ratio("direct", "sdk")
     figures.append(
