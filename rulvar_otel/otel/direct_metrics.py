@@ -313,13 +313,18 @@ class RunMetrics:
         self._aggregator = aggregator
         self._plans = aggregator._plans
         self._state = FoldState(aggregator._masker)
-        self._queue: list[Mapping[str, Any]] = []
+        self._queue: list[tuple[Mapping[str, Any], _Plan]] = []
         self._finished = False
 
     def feed(self, event: Mapping[str, Any]) -> None:
-        # Only queued here: which folds read it is looked up in the batch (see drain).
+        try:
+            plan = self._plans.get(event.get("type"))
+        except TypeError:  # an unhashable type: no definition reads it
+            return
+        if plan is None:
+            return  # no definition reads it: skipped after one lookup
         queue = self._queue
-        queue.append(event)
+        queue.append((event, plan))
         if len(queue) >= _BATCH_EVENTS:
             with self._aggregator._lock:
                 self.drain()
@@ -343,14 +348,12 @@ class RunMetrics:
         Events are folded in batches, as the recorder does: the folds then run in a tight loop
         instead of between the span mapper's calls, and keep each other's code in the CPU caches.
         """
-        queue, plans, state, fold = self._queue, self._plans, self._state, self._aggregator._fold
+        queue, state, fold = self._queue, self._state, self._aggregator._fold
         count = len(queue)  # the producer may append meanwhile (a reader collecting): fold these
-        for event in queue[:count]:
+        for event, (series, advance) in queue[:count]:
             try:
-                plan = plans.get(event.get("type"))
-                if plan is None or event.get("replayed") is True:
-                    continue  # no definition reads it, or it restates history already counted
-                series, advance = plan
+                if event.get("replayed") is True:
+                    continue  # it restates history already counted
                 if series:
                     fold(state, series, event)
                 if advance:
