@@ -127,7 +127,7 @@ async def to_otel(
         async for event in run.events:
             mapper.feed(_wire(event))
     except Exception as exc:  # noqa: BLE001 - a broken source ends the stream, not the host
-        _log.warning("rulvar_otel: the event stream failed: %s", type(exc).__name__)
+        _log.warning("the event stream failed: %s", type(exc).__name__)
     outcome: RunOutcome | BaseException
     try:
         outcome = await run.result
