@@ -976,3 +976,19 @@ def test_to_otel_takes_the_same_conventions_option() -> None:
     with pytest.raises(ConfigError, match="unknown convention"):
         asyncio.run(to_otel(handle_from_events(stream, OK), tracer, conventions=["phoenix"]))
     assert len(recorder.started) == 2
+
+
+def test_a_stranded_span_opened_before_any_run_is_still_ended_after_later_segments() -> None:
+    seg2 = 4_294_967_296
+    stream = [
+        ev("child:start", 0, "c", "s0", workflow="k", scope="s"),  # the stream starts mid-run
+        agent(1, "a", "p"),
+        ev("child:end", 2, "c", status="ok"),
+        ev("tool:end", 3, "a", toolName="t", outcome="ok"),  # finds no host inside the closed child
+        ev("run:start", 4, "s0", workflow="w"),
+        ev("run:start", seg2, "s9", ts_ms=5, workflow="w", resumed=True),
+    ]
+    result = export(stream, OK)
+    assert len(result.ended) == len(result.spans) == 4
+    stranded = only(result, "agent w loop")
+    assert stranded.end_time == t(5) and (stranded.attributes or {})[sc.END_INFERRED] is True

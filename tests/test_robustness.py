@@ -286,7 +286,7 @@ def test_one_out_of_range_ts_in_large_loses_nothing_through_the_file_exporter(
     assert code == 0, err
     # The diagnostic names the line (the stream has no blank lines) and the seq, not the value.
     assert [w for w in _warnings(caplog) if "unusable ts" in w] == [
-        f"rulvar_otel: {diagnostic}; it takes the time of the previous event"
+        f"{diagnostic}; it takes the time of the previous event"
     ]
     scopes = [
         scope_spans

@@ -80,7 +80,7 @@ DEFAULT_VALUE_LENGTH_LIMIT: Final = 16_384
 # Spans kept for the report beyond the roots (a terminal tree shows a few hundred rows anyway).
 MAX_KEPT_SPANS: Final = 20_000
 # Phoenix files traces under this resource attribute's value.
-PROJECT_ATTRIBUTE: Final = "openinference.project.name"
+PROJECT_ATTRIBUTE: Final = semconv.OPENINFERENCE_PROJECT_NAME
 
 
 @dataclass(frozen=True, slots=True)

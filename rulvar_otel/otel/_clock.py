@@ -69,7 +69,7 @@ class EventClock:
             seq = event.get("seq")
             where = f" (seq {seq})" if type(seq) is int else ""
             _log.warning(
-                "rulvar_otel: event %d%s has an unusable ts (%s); it takes the time of the %s",
+                "event %d%s has an unusable ts (%s); it takes the time of the %s",
                 ordinal,
                 where,
                 why,
@@ -80,7 +80,7 @@ class EventClock:
         """Log the count of unusable times beyond those named one by one."""
         if self.bad > _WARNINGS:
             _log.warning(
-                "rulvar_otel: %d events in all had an unusable ts (the first %d are named above)",
+                "%d events in all had an unusable ts (the first %d are named above)",
                 self.bad,
                 _WARNINGS,
             )

@@ -236,7 +236,7 @@ class SpanMapper:
     def _wall_clock(self) -> int:
         """The last resort for a stream with no usable ts at all: the time of export, said aloud."""
         _log.warning(
-            "rulvar_otel: %d events arrived without any usable ts; they are stamped with the export time",
+            "%d events arrived without any usable ts; they are stamped with the export time",
             len(self._untimed),
         )
         return time.time_ns()
@@ -548,8 +548,8 @@ class SpanMapper:
             ):
                 rec.pending_end = end
                 self._leftovers.append(rec)
-        # Every stranded span is now ended or a leftover: nothing left to keep it for.
-        self._stranded = []
+        # Keep only stranded spans still to be ended at finish (those opened before any run:start).
+        self._stranded = [r for r in self._stranded if not r.ended and r.pending_end is None]
 
     def _on_run_start(self, event: Mapping[str, Any], ns: int) -> None:
         span_id = event.get("spanId")
