@@ -2,8 +2,11 @@
 
 - The README's Python example runs exactly as printed, in an empty directory, and prints exactly
   the output the README shows under it.
-- Every ```python block in README.md and docs/*.md runs as written, each in a fresh empty
-  directory with a fresh interpreter, and imports only public modules (no ``_private`` module).
+- Every ```python block in README.md and docs/*.md runs as written and imports only public
+  modules (no ``_private`` module). A block runs after the same document's earlier blocks (a
+  reader follows a page top to bottom), in a fresh interpreter, in a directory holding the two
+  files the docs speak of: a recorded run, ``run.jsonl``, and its OTLP file export,
+  ``rulvar-traces.otlp.jsonl``.
 - Every option of every command is named in the README synopsis or in docs/cli.md.
 """
 
@@ -17,7 +20,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", ROOT / "docs" / "operators.md"]  # TEMP until docs/cli.md and metrics.md run
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 _FENCE = re.compile(r"^```(\S*)[^\n]*\n(.*?)^```", re.S | re.M)
 _PRIVATE_IMPORT = re.compile(r"^\s*(?:from|import)\s+([\w.]*\._\w*)", re.M)
 
@@ -27,11 +30,32 @@ def _blocks(path: Path, language: str) -> list[str]:
 
 
 def _python_blocks() -> list[tuple[str, int, str]]:
-    found = [
-        (p.relative_to(ROOT).as_posix(), i, code) for p in DOCS for i, code in enumerate(_blocks(p, "python"))
-    ]
+    """(document, index, the code to run: the document's blocks up to and including this one)."""
+    found = []
+    for path in DOCS:
+        blocks = _blocks(path, "python")
+        for index in range(len(blocks)):
+            found.append((path.relative_to(ROOT).as_posix(), index, "\n".join(blocks[: index + 1])))
     assert any(name == "README.md" for name, _, _ in found)
     return found
+
+
+@pytest.fixture(scope="module")
+def user_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A recorded run and its OTLP file export, made by the CLI as a user would."""
+    from typer.testing import CliRunner
+
+    from rulvar_otel.cli import app
+
+    base = tmp_path_factory.mktemp("user-files")
+    stream = ROOT / "tests" / "fixtures" / "reference" / "streams" / "tools.jsonl"
+    (base / "run.jsonl").write_bytes(stream.read_bytes())
+    out = base / "rulvar-traces.otlp.jsonl"
+    result = CliRunner().invoke(
+        app, ["export", str(base / "run.jsonl"), "--out", str(out), "--progress", "off", "--no-tree"]
+    )
+    assert result.exit_code == 0, result.output
+    return base
 
 
 def _run(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -55,10 +79,12 @@ def test_readme_python_example_runs_as_printed_and_prints_what_it_shows(tmp_path
     ("doc", "index", "code"), _python_blocks(), ids=lambda v: v if isinstance(v, str) and len(v) < 40 else ""
 )
 def test_every_python_block_in_the_docs_runs_as_written(
-    doc: str, index: int, code: str, tmp_path: Path
+    doc: str, index: int, code: str, tmp_path: Path, user_files: Path
 ) -> None:
     private = _PRIVATE_IMPORT.findall(code)
     assert not private, f"{doc} block {index} imports private modules: {private}"
+    for name in ("run.jsonl", "rulvar-traces.otlp.jsonl"):
+        (tmp_path / name).write_bytes((user_files / name).read_bytes())
     result = _run(code, tmp_path)
     assert result.returncode == 0, f"{doc} block {index} failed:\n{result.stderr[-2000:]}"
 
