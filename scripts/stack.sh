@@ -73,17 +73,22 @@ start() { # name binary args...
   echo "$! $(readlink -f "$binary")" >"$STATE/$name.pid"
 }
 
-stop_one() {
+stop_one() { # returns once the process is gone: TERM, up to 20 s to shut down, then KILL
   local name="$1" pid
   if ours "$name"; then
     pid="$(pid_of "$name")"
     kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do
+    for _ in $(seq 1 200); do
       ours "$name" || break
       sleep 0.1
     done
     if ours "$name"; then
+      say "$name (pid $pid) did not stop in 20 s; killing it"
       kill -KILL "$pid" 2>/dev/null || true
+      for _ in $(seq 1 100); do
+        ours "$name" || break # an exited process (even one not yet reaped) has no exe
+        sleep 0.1
+      done
     fi
     say "stopped $name (pid $pid)"
   fi

@@ -26,15 +26,19 @@ import pytest
 import yaml
 
 __all__ = [
-    "ROOT",
     "BUILD_TIMEOUT_S",
+    "CONFIG",
+    "ROOT",
     "Binaries",
     "Jaeger",
     "JaegerSpan",
+    "Prometheus",
     "Service",
     "binaries",
     "free_port",
     "otelcol_args",
+    "otlp_attributes",
+    "otlp_json_spans",
     "start_collector",
     "start_jaeger",
     "start_prometheus",

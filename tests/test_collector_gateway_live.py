@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,12 @@ SAMPLER_TAG = "rulvar.collector.sampler"
 DECISION_WAIT_S = 3
 HEALTHY, ERRORED, UNSETTLED = 120, 6, 6
 CHILDREN = 3
+SAMPLER_CONFIG = yaml.safe_load((CONFIG / "otelcol-gateway-sampler.yaml").read_text(encoding="utf-8"))
+SAMPLE_PERCENT = next(
+    p["probabilistic"]["sampling_percentage"]
+    for p in SAMPLER_CONFIG["processors"]["tail_sampling"]["policies"]
+    if p["type"] == "probabilistic"
+)
 
 
 @dataclass
@@ -156,6 +163,15 @@ def _export(stream: str, endpoint: str, service: str) -> str:
     return result.stderr.split(" in trace ", 1)[1].split()[0]
 
 
+def _probabilistic_keeps(trace_id: str, percent: float) -> bool:
+    """The tail-sampling probabilistic policy's decision: FNV-1a (64 bit) over its default salt and
+    the trace id's bytes, against percent of the 64-bit range."""
+    digest = 0xCBF29CE484222325
+    for byte in b"default-hash-seed" + bytes.fromhex(trace_id):
+        digest = ((digest ^ byte) * 0x100000001B3) % 2**64
+    return digest <= int((2**64 - 1) * Fraction(percent) / 100)
+
+
 def _whole(jaeger: Jaeger, trace_id: str, expected: int) -> list[JaegerSpan]:
     spans: list[JaegerSpan] = []
 
@@ -199,9 +215,9 @@ def test_tail_sampling_behind_the_load_balancer(gateway: Gateway) -> None:
     # Healthy runs: decided once decision_wait has passed for all of them; give the last batch time.
     time.sleep(DECISION_WAIT_S + 4)
     kept_healthy = jaeger.trace_ids("rulvar-gateway-synthetic") & trace_ids["healthy"]
-    # The policy keeps 10 % of healthy traces by trace-id hash: with 120 seeded ids, some but far
-    # from all (the seeded ids make the exact number the same on every run).
-    assert 3 <= len(kept_healthy) <= 30, len(kept_healthy)
+    # The policy keeps 10 % of healthy traces by trace-id hash: exactly the ids its hash admits.
+    assert kept_healthy == {t for t in trace_ids["healthy"] if _probabilistic_keeps(t, SAMPLE_PERCENT)}
+    assert 3 <= len(kept_healthy) <= 30, len(kept_healthy)  # the seeded ids give 11 of 120
     for trace_id in kept_healthy:
         spans = jaeger.trace(trace_id)
         assert len(spans) == CHILDREN + 1, trace_id
