@@ -30,8 +30,6 @@ from rulvar_otel.cli._output import (
     terminal_safe,
 )
 from rulvar_otel.core.handle import RunHandle, RunOutcome
-from rulvar_otel.core.log_masking import set_output_masker
-from rulvar_otel.core.masking import compile_secret_masker
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.export import (
     DEFAULT_PROMETHEUS_HOST,
@@ -41,6 +39,7 @@ from rulvar_otel.export import (
     export_run_async,
     parse_header,
 )
+from rulvar_otel.masking import compile_secret_masker, set_output_masker
 
 __all__ = [
     "EXIT_EXPORT_FAILED",

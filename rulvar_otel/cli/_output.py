@@ -13,9 +13,8 @@ import sys
 from collections.abc import Sequence
 from typing import Final, TextIO
 
-from rulvar_otel.core.log_masking import output_masker
-from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
 from rulvar_otel.export import ExportReport, FailureKind
+from rulvar_otel.masking import SecretMasker, compile_secret_masker, output_masker
 
 __all__ = [
     "EXIT_EXPORT_FAILED",
