@@ -1,8 +1,14 @@
 """rulvar_otel: OpenTelemetry traces and metrics for Rulvar runs.
 
-The one public facade. The core (event model, masking, handles, folds) is imported eagerly and
-loads no OpenTelemetry; the exporter, metrics, sources and engine load on first use, so
-``import rulvar_otel.core`` stays free of OpenTelemetry, network and terminal libraries.
+The package's facade: exporting a run (``to_otel``, ``export_events``, ``export_run`` with
+``ExportOptions`` and its ``ExportReport``), its metrics, run handles, sources and the error
+tree. The rest lives in its own public module: ``rulvar_otel.engine`` (the bundled engine),
+``rulvar_otel.masking`` (secret masking and terminal safety), ``rulvar_otel.testing`` (in-memory
+spans and metrics for a host's tests), ``rulvar_otel.export`` (the export pipeline's parts),
+``rulvar_otel.core`` (the event model and folds).
+
+Handles and errors are imported eagerly and load no OpenTelemetry; everything else loads on
+first use, so ``import rulvar_otel`` stays free of OpenTelemetry, network and terminal libraries.
 """
 
 from __future__ import annotations
@@ -11,36 +17,46 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from rulvar_otel.core import (
-    MASKED_SECRET,
     EventLike,
     RunHandle,
     RunOutcome,
-    TerminalEnvelope,
     WorkflowEvent,
-    compile_secret_masker,
     handle_from_events,
-    mask_secrets,
-    mask_secrets_deep,
     parse_event,
-    parse_terminal_envelope,
-    sanitize_terminal_text,
 )
 from rulvar_otel.errors import (
+    AdapterError,
+    AgentFailedError,
+    BudgetExhaustedError,
     ConfigError,
+    DeadlineExceededError,
+    DeterminismError,
     EventError,
     ExportError,
+    ExposureDrainedError,
+    JournalError,
+    QuotaExhaustedError,
+    ReplayMissError,
     RulvarOtelError,
     RunNotFoundError,
     RunRejectedError,
+    SchemaValidationError,
     SourceError,
     StreamLineError,
+    WorkflowError,
 )
 
 if TYPE_CHECKING:
-    from rulvar_otel.core.progress import render_progress
-    from rulvar_otel.core.reducers import reduce_critical_path, reduce_invocation_table
-    from rulvar_otel.engine import create_engine, tool, workflow
-    from rulvar_otel.otel import SpanMapper, create_mapper, export_events, to_otel
+    from rulvar_otel.export import (
+        ExportFailure,
+        ExportOptions,
+        ExportReport,
+        FailureKind,
+        StreamedRun,
+        export_run,
+        export_run_async,
+    )
+    from rulvar_otel.otel import export_events, to_otel
     from rulvar_otel.otel.ids import RulvarIdGenerator
     from rulvar_otel.otel.metrics import MetricsRecorder, record_metrics
     from rulvar_otel.sources import handle_from_jsonl, read_jsonl_events
@@ -52,20 +68,19 @@ __version__ = "0.1.0"
 _LAZY: dict[str, str] = {
     "to_otel": "rulvar_otel.otel",
     "export_events": "rulvar_otel.otel",
-    "create_mapper": "rulvar_otel.otel",
-    "SpanMapper": "rulvar_otel.otel",
+    "export_run": "rulvar_otel.export",
+    "export_run_async": "rulvar_otel.export",
+    "ExportOptions": "rulvar_otel.export",
+    "ExportReport": "rulvar_otel.export",
+    "ExportFailure": "rulvar_otel.export",
+    "FailureKind": "rulvar_otel.export",
+    "StreamedRun": "rulvar_otel.export",
     "RulvarIdGenerator": "rulvar_otel.otel.ids",
     "record_metrics": "rulvar_otel.otel.metrics",
     "MetricsRecorder": "rulvar_otel.otel.metrics",
     "handle_from_jsonl": "rulvar_otel.sources",
     "read_jsonl_events": "rulvar_otel.sources",
     "follow_server_run": "rulvar_otel.sources.sse",
-    "reduce_invocation_table": "rulvar_otel.core.reducers",
-    "reduce_critical_path": "rulvar_otel.core.reducers",
-    "render_progress": "rulvar_otel.core.progress",
-    "create_engine": "rulvar_otel.engine",
-    "workflow": "rulvar_otel.engine",
-    "tool": "rulvar_otel.engine",
 }
 
 
@@ -83,42 +98,45 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "MASKED_SECRET",
+    "AdapterError",
+    "AgentFailedError",
+    "BudgetExhaustedError",
     "ConfigError",
+    "DeadlineExceededError",
+    "DeterminismError",
     "EventError",
     "EventLike",
     "ExportError",
+    "ExportFailure",
+    "ExportOptions",
+    "ExportReport",
+    "ExposureDrainedError",
+    "FailureKind",
+    "JournalError",
     "MetricsRecorder",
+    "QuotaExhaustedError",
+    "ReplayMissError",
     "RulvarIdGenerator",
     "RulvarOtelError",
     "RunHandle",
     "RunNotFoundError",
     "RunOutcome",
     "RunRejectedError",
+    "SchemaValidationError",
     "SourceError",
-    "SpanMapper",
     "StreamLineError",
-    "TerminalEnvelope",
+    "StreamedRun",
+    "WorkflowError",
     "WorkflowEvent",
     "__version__",
-    "compile_secret_masker",
-    "create_engine",
-    "create_mapper",
     "export_events",
+    "export_run",
+    "export_run_async",
     "follow_server_run",
     "handle_from_events",
     "handle_from_jsonl",
-    "mask_secrets",
-    "mask_secrets_deep",
     "parse_event",
-    "parse_terminal_envelope",
     "read_jsonl_events",
     "record_metrics",
-    "reduce_critical_path",
-    "reduce_invocation_table",
-    "render_progress",
-    "sanitize_terminal_text",
     "to_otel",
-    "tool",
-    "workflow",
 ]

@@ -1,4 +1,4 @@
-"""Hand-built streams and metric readers shared by the metrics, alert and live Prometheus tests.
+"""Hand-built metric streams and PromQL readers shared by the metrics, alert and live Prometheus tests.
 
 The reference corpus has no escalation, reclaim, rejected spawn or quota exhaustion; the adaptive
 stream below carries them so every registry metric has data. No test functions live here.
@@ -11,11 +11,12 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader, NumberDataPoint
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import SecretMasker
 from rulvar_otel.otel.metrics import MetricsRecorder
+from rulvar_otel.testing import MetricPoint, metric_points
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -181,26 +182,12 @@ def feed(
     recorder.finish(outcome)
 
 
-Point = float | tuple[int, float, tuple[int, ...]]
+Point = MetricPoint
 
 
 def points(reader: InMemoryMetricReader) -> dict[str, dict[frozenset[tuple[str, Any]], Point]]:
     """name -> {attribute set: value} (histograms: (count, sum, bucket counts))."""
-    out: dict[str, dict[frozenset[tuple[str, Any]], Point]] = {}
-    data = reader.get_metrics_data()
-    if data is None:
-        return out
-    for resource in data.resource_metrics:
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                series = out.setdefault(metric.name, {})
-                for point in metric.data.data_points:
-                    key = frozenset((point.attributes or {}).items())
-                    if isinstance(point, HistogramDataPoint):
-                        series[key] = (point.count, point.sum, tuple(point.bucket_counts))
-                    elif isinstance(point, NumberDataPoint):
-                        series[key] = point.value
-    return out
+    return metric_points(reader)
 
 
 def attrs(mapping: Mapping[str, Any]) -> frozenset[tuple[str, Any]]:

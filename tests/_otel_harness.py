@@ -1,48 +1,38 @@
-"""A deterministic in-memory OTel pipeline for tests: spans in start order, fixed ids."""
+"""Test views over :mod:`rulvar_otel.testing`: an ``Export`` with index helpers, ``ev`` and time helpers."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from opentelemetry.context import Context
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as OtlpSpan
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanLimits, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.id_generator import IdGenerator
+from typer.testing import CliRunner
 
+from rulvar_otel.cli import app
 from rulvar_otel.core.handle import EventLike, RunOutcome, handle_from_events
+from rulvar_otel.export import iter_otlp_json_file
 from rulvar_otel.otel import to_otel
+from rulvar_otel.testing import CountingIdGenerator as CountingIds
+from rulvar_otel.testing import SpanRecorder as Recorder
 
-
-class CountingIds(IdGenerator):
-    """Sequential ids: runs of a test are reproducible byte for byte."""
-
-    def __init__(self) -> None:
-        self._span = 0
-        self._trace = 0
-
-    def generate_span_id(self) -> int:
-        self._span += 1
-        return self._span
-
-    def generate_trace_id(self) -> int:
-        self._trace += 1
-        return self._trace
-
-
-class Recorder(SpanProcessor):
-    """Keeps every span in start order, and the ended ones."""
-
-    def __init__(self) -> None:
-        self.started: list[Span] = []
-        self.ended: list[ReadableSpan] = []
-
-    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        self.started.append(span)
-
-    def on_end(self, span: ReadableSpan) -> None:
-        self.ended.append(span)
+__all__ = [
+    "CountingIds",
+    "Export",
+    "Recorder",
+    "ev",
+    "export",
+    "ms",
+    "otlp_file_spans",
+    "provider",
+    "run_cli",
+    "t",
+    "write_stream",
+]
 
 
 @dataclass
@@ -119,3 +109,29 @@ def ms(ns: int | None) -> int | None:
 def t(ts_ms: int) -> int:
     """The ns timestamp `ev(..., ts_ms=...)` produces."""
     return (1_767_225_600_000 + ts_ms) * 1_000_000
+
+
+def run_cli(*args: str, stdin: bytes | None = None) -> tuple[int, str, str]:
+    """``rulvar-otel ARGS`` in process: (exit code, stdout, stderr)."""
+    result = CliRunner().invoke(app, list(args), input=stdin, catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def otlp_file_spans(path: Path) -> list[OtlpSpan]:
+    """Every span of an OTLP/JSON lines file, in file order."""
+    return [
+        span
+        for request in iter_otlp_json_file(path)
+        for resource_spans in request.resource_spans
+        for scope_spans in resource_spans.scope_spans
+        for span in scope_spans.spans
+    ]
+
+
+def write_stream(path: Path, items: list[Any]) -> Path:
+    """A JSONL stream from events (dicts) and raw lines (strings)."""
+    path.write_text(
+        "".join((item if isinstance(item, str) else json.dumps(item)) + "\n" for item in items),
+        encoding="utf-8",
+    )
+    return path

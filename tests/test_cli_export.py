@@ -6,7 +6,6 @@ import io
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -15,51 +14,28 @@ from opentelemetry.sdk.trace import TracerProvider
 from typer.testing import CliRunner
 
 from rulvar_otel.cli import app
-from rulvar_otel.cli._common import EXIT_EXPORT_FAILED, EXIT_OK, EXIT_USAGE, ExportOptions, export_run
+from rulvar_otel.cli._common import EXIT_OK, EXIT_USAGE, options_from_cli
 from rulvar_otel.cli._tree import format_duration_ns, render_span_tree
 from rulvar_otel.core.handle import handle_from_events
 from rulvar_otel.errors import ConfigError
-from rulvar_otel.otel._otlp_json import (
+from rulvar_otel.export import (
+    ExportOptions,
+    FailureKind,
     OtlpJsonFileExporter,
+    export_run,
     iter_otlp_json_file,
     parse_otlp_json_line,
     spans_to_otlp_json,
 )
 from tests._fixtures import REFERENCE, STREAMS, events
-from tests.test_otlp_delivery import OTEL_ENV, reference_span_count
+from tests._otel_harness import otlp_file_spans, run_cli, write_stream
+from tests.test_otlp_delivery import reference_span_count
 
 DEFAULT_FILE = "rulvar-traces.otlp.jsonl"
 SECRET = "sk-ant-PLANTEDSECRETVALUE0123456789abcdef"
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in OTEL_ENV:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
-
-
-def run_cli(*args: str, stdin: bytes | None = None) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args), input=stdin, catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
-
-
-def spans_in(path: Path) -> list[Span]:
-    return [
-        span
-        for request in iter_otlp_json_file(path)
-        for resource_spans in request.resource_spans
-        for scope_spans in resource_spans.scope_spans
-        for span in scope_spans.spans
-    ]
-
-
-def write_stream(path: Path, items: list[Any]) -> Path:
-    path.write_text(
-        "".join((item if isinstance(item, str) else json.dumps(item)) + "\n" for item in items),
-        encoding="utf-8",
-    )
-    return path
+pytestmark = pytest.mark.usefixtures("otel_env_cleared")
 
 
 # --- the embedded default and --out --------------------------------------------------------
@@ -69,7 +45,7 @@ def test_embedded_default_writes_otlp_json_lines_and_prints_the_tree(tmp_path: P
     code, out, err = run_cli("export", str(STREAMS / "tools.jsonl"), "--progress", "off")
     assert code == EXIT_OK, err
     path = tmp_path / DEFAULT_FILE
-    spans = spans_in(path)
+    spans = otlp_file_spans(path)
     reference = json.loads((REFERENCE / "spans" / "tools.nested.json").read_text(encoding="utf-8"))
     assert Counter(s.name for s in spans) == Counter(s["name"] for s in reference["spans"])
     assert len({s.trace_id for s in spans}) == 1
@@ -115,9 +91,9 @@ def test_out_lines_are_otlp_json_with_hex_ids(tmp_path: Path) -> None:
             for ss in rs.scope_spans:
                 for span in ss.spans:
                     assert len(span.trace_id) == 16 and len(span.span_id) == 8
-    assert total == len(spans_in(out_file))
-    ids = {s.span_id for s in spans_in(out_file)}
-    assert all(not s.parent_span_id or s.parent_span_id in ids for s in spans_in(out_file))
+    assert total == len(otlp_file_spans(out_file))
+    ids = {s.span_id for s in otlp_file_spans(out_file)}
+    assert all(not s.parent_span_id or s.parent_span_id in ids for s in otlp_file_spans(out_file))
 
 
 def test_otlp_json_round_trip_is_exact() -> None:
@@ -156,7 +132,7 @@ def test_stdin_dash_is_read(tmp_path: Path) -> None:
     data = (STREAMS / "minimal.jsonl").read_bytes()
     code, _, err = run_cli("export", "-", "--progress", "off", "--no-tree", stdin=data)
     assert code == EXIT_OK, err
-    assert len(spans_in(tmp_path / DEFAULT_FILE)) == reference_span_count("minimal")
+    assert len(otlp_file_spans(tmp_path / DEFAULT_FILE)) == reference_span_count("minimal")
     assert "exported" in err
 
 
@@ -164,7 +140,7 @@ def test_stdin_dash_is_read(tmp_path: Path) -> None:
 
 
 def _run_span(path: Path) -> Span:
-    (run,) = [s for s in spans_in(path) if s.name.startswith("run ")]
+    (run,) = [s for s in otlp_file_spans(path) if s.name.startswith("run ")]
     return run
 
 
@@ -228,7 +204,7 @@ def test_malformed_lines_are_reported_by_number_and_the_rest_exports(tmp_path: P
     total_lines = len(path.read_text(encoding="utf-8").splitlines())
     assert f"skipped {path}:{total_lines}: missing envelope field 'runId'" in err
     assert "3 malformed lines skipped in total" in err
-    assert len(spans_in(tmp_path / DEFAULT_FILE)) == 17
+    assert len(otlp_file_spans(tmp_path / DEFAULT_FILE)) == 17
 
 
 def test_strict_makes_the_first_malformed_line_fatal(tmp_path: Path) -> None:
@@ -255,6 +231,7 @@ def test_many_malformed_lines_print_a_bounded_number_of_diagnostics(tmp_path: Pa
     ("args", "message"),
     [
         (["--protocol", "http/json"], "--protocol must be grpc or http/protobuf"),
+        (["--prometheus-linger", "-1"], "--prometheus-linger must be a non-negative number"),
         (["--header", "novalue"], "KEY=VALUE"),
         (["--pattern", "("], "patterns[0] is not a valid pattern"),
         (["--pattern", ""], "patterns[0] is empty"),
@@ -282,43 +259,35 @@ def test_input_errors_exit_2(tmp_path: Path) -> None:
     assert code == 2  # click's own usage error: missing argument
 
 
-def test_export_failure_is_exit_1_through_the_shared_function(tmp_path: Path) -> None:
-    if not Path("/dev/full").exists():
-        pytest.skip("needs Linux /dev/full to fail writes")
-    stderr = io.StringIO()
-    result = export_run(
-        handle_from_events(events("minimal")),
-        ExportOptions(out=Path("/dev/full"), progress="off", tree=False),
-        stderr=stderr,
+def test_a_failed_destination_is_a_delivery_failure_in_the_report() -> None:
+    report = export_run(handle_from_events(events("minimal")), ExportOptions(out=Path("/dev/full")))
+    assert report.failed(FailureKind.DELIVERY) and not report.ok
+    assert report.delivery is not None and not report.delivery.ok
+    (failure,) = report.failures
+    assert failure.message.startswith("4 of 4 spans were not delivered to file /dev/full")
+
+
+def test_export_run_reports_spans_events_and_one_trace_as_data(tmp_path: Path) -> None:
+    report = export_run(
+        handle_from_events(events("nested")), ExportOptions(out=tmp_path / "n.jsonl"), keep_spans=True
     )
-    assert result.exit_code == EXIT_EXPORT_FAILED
-    assert result.report is not None and not result.report.ok
-    assert "export failed: 4 of 4 spans were not delivered to file /dev/full" in stderr.getvalue()
+    assert report.ok and report.failures == ()
+    assert report.spans == len(otlp_file_spans(tmp_path / "n.jsonl")) == len(report.kept_spans)
+    assert report.events == len(events("nested"))
+    assert len(report.trace_ids) == 1 and report.run_ids == (events("nested")[0]["runId"],)
+    assert report.delivery is not None and report.delivery.ok
+    assert report.destinations == (f"file {tmp_path / 'n.jsonl'}",)
+    assert report.outcome is not None and not report.interrupted
 
 
-def test_export_run_reports_spans_events_and_one_trace(tmp_path: Path) -> None:
-    stdout, stderr = io.StringIO(), io.StringIO()
-    result = export_run(
-        handle_from_events(events("nested")),
-        ExportOptions(out=tmp_path / "n.jsonl", progress="off"),
-        stdout=stdout,
-        stderr=stderr,
-    )
-    assert result.exit_code == EXIT_OK
-    assert result.spans == len(spans_in(tmp_path / "n.jsonl"))
-    assert result.events == len(events("nested"))
-    assert len(result.trace_ids) == 1
-    assert result.report is not None and result.report.ok
-    assert stdout.getvalue().startswith("✓ run ")  # tree printed: no endpoint configured
-    assert result.outcome is not None
-
-
-def test_export_options_from_cli_validates() -> None:
-    options = ExportOptions.from_cli(header=["A=1", "b = two"], pattern=["acct-[0-9]+"])
+def test_options_from_cli_validate_and_name_the_flag() -> None:
+    options = options_from_cli(header=["A=1", "b = two"], pattern=["acct-[0-9]+"]).export
     assert dict(options.headers) == {"a": "1", "b": "two"}
     assert options.patterns == ("acct-[0-9]+",)
-    with pytest.raises(ConfigError, match="--prometheus-port"):
-        ExportOptions.from_cli(prometheus_port=70000)
+    with pytest.raises(ConfigError, match="--prometheus-port must be a TCP port"):
+        options_from_cli(prometheus_port=70000)
+    with pytest.raises(ConfigError, match=r"^Prometheus port must be a TCP port"):
+        ExportOptions(prometheus_port=70000)
 
 
 # --- terminal safety and masking in the printed output ----------------------------------------
@@ -399,7 +368,7 @@ def test_deterministic_ids_give_the_same_trace_twice(tmp_path: Path) -> None:
             "export", str(STREAMS / "tools.jsonl"), "--deterministic-ids", "--no-tree", "--out", str(out)
         )
         assert code == EXIT_OK, err
-        ids.append(sorted((s.trace_id, s.span_id, s.parent_span_id) for s in spans_in(out)))
+        ids.append(sorted((s.trace_id, s.span_id, s.parent_span_id) for s in otlp_file_spans(out)))
     assert ids[0] == ids[1]
     assert len(ids[0]) == 17
 
@@ -430,3 +399,100 @@ def test_progress_lines_go_to_stderr_and_auto_appends_lines_off_a_terminal() -> 
     assert code == EXIT_OK
     assert "tool fetch error" not in off_err
     assert off_err.startswith("rulvar-otel: exported 17 spans")
+
+
+# --- resource attributes: service name and the Phoenix project ----------------------------------
+
+
+def _resource(path: Path) -> dict[str, str]:
+    request = next(iter_otlp_json_file(path))
+    return {a.key: a.value.string_value for a in request.resource_spans[0].resource.attributes}
+
+
+@pytest.mark.parametrize(
+    ("args", "service", "project"),
+    [
+        ([], "rulvar", None),
+        (["--service-name", "checkout"], "checkout", "checkout"),
+        (["--project", "agents-prod"], "rulvar", "agents-prod"),
+        (["--service-name", "checkout", "--project", "agents-prod"], "checkout", "agents-prod"),
+        (["--service-name", "checkout", "--no-openinference"], "checkout", None),
+        (["--project", "agents-prod", "--no-openinference"], "rulvar", "agents-prod"),
+    ],
+)
+def test_service_name_and_project_set_the_resource(
+    tmp_path: Path, args: list[str], service: str, project: str | None
+) -> None:
+    out = tmp_path / "r.jsonl"
+    code, _, err = run_cli("export", str(STREAMS / "minimal.jsonl"), "--out", str(out), "--no-tree", *args)
+    assert code == EXIT_OK, err
+    resource = _resource(out)
+    assert resource["service.name"] == service
+    assert resource.get("openinference.project.name") == project
+
+
+def test_otel_service_name_also_names_the_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "from-env")
+    out = tmp_path / "e.jsonl"
+    code, _, err = run_cli("export", str(STREAMS / "minimal.jsonl"), "--out", str(out), "--no-tree")
+    assert code == EXIT_OK, err
+    assert _resource(out)["openinference.project.name"] == "from-env"
+
+
+def test_help_lists_every_export_option() -> None:
+    result = CliRunner().invoke(app, ["export", "--help"], env={"COLUMNS": "220"})
+    code, out = result.exit_code, result.stdout
+    assert code == 0
+    for flag in (
+        "--prometheus-host",
+        "--prometheus-linger",
+        "--project",
+        "--no-openinference",
+        "--metrics-endpoint",
+        "--deterministic-ids",
+    ):
+        assert flag in out
+
+
+# --- docs/cli.md stays true -------------------------------------------------------------------
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
+
+
+def test_docs_list_every_environment_variable_the_export_reads() -> None:
+    from rulvar_otel.export import SETTINGS
+
+    text = DOCS.read_text(encoding="utf-8")
+    assert [s.name for s in SETTINGS if f"`{s.name}`" not in text] == []
+
+
+def test_the_python_example_in_docs_runs_as_written(tmp_path: Path) -> None:
+    import re
+    import runpy
+
+    text = DOCS.read_text(encoding="utf-8")
+    section = text[text.index("## The same export from Python") :]
+    (block,) = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)[:1]
+    (tmp_path / "run.jsonl").write_bytes((STREAMS / "tools.jsonl").read_bytes())
+    script = tmp_path / "example.py"
+    # The example names a collector on localhost:4317; the closed port stands in for an absent one.
+    script.write_text(block.replace("http://localhost:4317", "http://127.0.0.1:9"), encoding="utf-8")
+    namespace = runpy.run_path(str(script))
+    report = namespace["report"]
+    assert report.events == len(events("tools")) and report.spans == 17
+    assert [f.kind for f in report.failures] == [FailureKind.DELIVERY]
+
+
+def test_no_openinference_drops_the_openinference_span_kind(tmp_path: Path) -> None:
+    kinds = {}
+    for flag in ("--openinference", "--no-openinference"):
+        out = tmp_path / f"{flag}.jsonl"
+        code, _, err = run_cli("export", str(STREAMS / "tools.jsonl"), "--out", str(out), "--no-tree", flag)
+        assert code == EXIT_OK, err
+        spans = otlp_file_spans(out)
+        kinds[flag] = {
+            a.value.string_value for s in spans for a in s.attributes if a.key == "openinference.span.kind"
+        }
+        assert {a.key for s in spans for a in s.attributes if a.key.startswith("gen_ai.")}  # GenAI stays
+    assert {"CHAIN", "AGENT", "LLM", "TOOL"} <= kinds["--openinference"]
+    assert kinds["--no-openinference"] == set()

@@ -11,6 +11,7 @@ the collector's span metrics.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import time
@@ -41,6 +42,7 @@ from tests._pipeline import (
     start_prometheus,
     wait_for,
 )
+from tests.test_dashboards import dashboards, panel_queries
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(BUILD_TIMEOUT_S)]
 
@@ -271,3 +273,35 @@ def test_spanmetrics_reach_prometheus_with_our_dimensions(scraped: Prometheus) -
     assert {float(b["metric"]["le"]) for b in buckets} >= {100.0, 3_600_000.0, float("inf")}
     count = scraped.query(f"sum({SPANMETRICS_DURATION}_count{selector})")
     assert float(count[0]["value"][1]) == sum(by_name.values())
+
+
+# Grafana's template variables as the dashboards resolve them with "All" selected.
+PANEL_VARIABLES = {
+    "$service": ".*",
+    "$workflow": ".*",
+    "$model": ".*",
+    "$__rate_interval": "1m",
+    "$__range": "5m",
+}
+
+
+def _spanmetrics_panels() -> list[tuple[str, str, str]]:
+    """(dashboard, panel title, expr) of every panel query that reads the collector's span metrics."""
+    return [
+        (board, title, expr)
+        for board, data in dashboards().items()
+        for title, expr in panel_queries(data)
+        if "traces_span_metrics_" in expr
+    ]
+
+
+def test_every_spanmetrics_panel_has_data(scraped: Prometheus) -> None:
+    panels = _spanmetrics_panels()
+    assert len(panels) >= 4, "the span-metrics dashboard lost its panels"
+    for board, title, expr in panels:
+        query = expr
+        for variable, value in PANEL_VARIABLES.items():
+            query = query.replace(variable, value)
+        assert "$" not in query, (board, title, query)
+        values = [float(sample["value"][1]) for sample in _series(scraped, query)]
+        assert any(math.isfinite(v) for v in values), (board, title, values)

@@ -11,10 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rulvar_otel import (
+from rulvar_otel.core import (
     MASKED_SECRET,
-    ConfigError,
-    EventError,
     compile_secret_masker,
     mask_secrets,
     mask_secrets_deep,
@@ -29,6 +27,7 @@ from rulvar_otel.core.events import (
     UnknownEvent,
     event_to_wire,
 )
+from rulvar_otel.errors import ConfigError, EventError
 from tests import _fixtures as fx
 
 # --- events ----------------------------------------------------------------------------------

@@ -960,3 +960,19 @@ def test_generated_scopes_keep_every_event_inside_its_span_and_out_of_closed_sco
                     if opener["type"] == "run:start":
                         break
                 node = parent_of(result, node)
+
+
+def test_to_otel_takes_the_same_conventions_option() -> None:
+    import asyncio
+
+    from rulvar_otel.core.handle import handle_from_events
+    from rulvar_otel.otel import to_otel
+
+    stream = run(agent(1, "a", "s0"), agent_end(2, "a"))
+    recorder = Recorder()
+    tracer = provider(recorder).get_tracer("t")
+    assert asyncio.run(to_otel(handle_from_events(stream, OK), tracer, conventions=())) == 2
+    assert not any(sc.OPENINFERENCE_SPAN_KIND in (s.attributes or {}) for s in recorder.ended)
+    with pytest.raises(ConfigError, match="unknown convention"):
+        asyncio.run(to_otel(handle_from_events(stream, OK), tracer, conventions=["phoenix"]))
+    assert len(recorder.started) == 2

@@ -424,3 +424,17 @@ def test_a_refused_endpoint_is_named_without_its_userinfo(tmp_path: Path, option
     result = CliRunner().invoke(app, args, catch_exceptions=False)
     assert result.exit_code == 2
     assert "s3cretpw" not in result.stderr and "[redacted]@" in result.stderr
+
+
+def test_a_key_followed_by_a_word_character_is_still_masked() -> None:
+    out = mask_secrets(f"{KEY}_suffix and AKIA{'B' * 16}XYZ")
+    assert out == f"{MASKED_SECRET}_suffix and {MASKED_SECRET}XYZ"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=0x7F) | st.sampled_from(["é", "日"])))
+def test_the_plain_control_shortcut_agrees_with_the_general_sanitizer(text: str) -> None:
+    from rulvar_otel.core import _text_views as tv
+
+    general = tv._SURROGATE.sub("\ufffd", tv.view(text, tv._SANITIZED))
+    assert sanitize_terminal_text(text) == general

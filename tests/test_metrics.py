@@ -68,7 +68,7 @@ def _run_key(
 def _phase(workflow: str, model: str, role: str, **extra: Any) -> dict[str, Any]:
     return {
         sc.WORKFLOW: workflow,
-        sc.GEN_AI_REQUEST_MODEL: model,
+        sc.GEN_AI_REQUEST_MODEL: model.partition(":")[2],
         sc.GEN_AI_PROVIDER_NAME: model.partition(":")[0],
         sc.AGENT_ROLE: role,
         **extra,
@@ -148,7 +148,12 @@ def test_minimal(setup: Any) -> None:
         approx(0.006),
     )
     agent = attrs(
-        {sc.WORKFLOW: "review", sc.AGENT_TYPE: "unknown", sc.STATUS: "ok", sc.GEN_AI_REQUEST_MODEL: ref}
+        {
+            sc.WORKFLOW: "review",
+            sc.AGENT_TYPE: "unknown",
+            sc.STATUS: "ok",
+            sc.GEN_AI_REQUEST_MODEL: "fake-model",
+        }
     )
     assert data[sc.METRIC_AGENT_INVOCATIONS] == {agent: 1}
     assert _hist(data[sc.METRIC_AGENT_DURATION][agent]) == (1, approx(0.008))  # .320 - .312
@@ -167,7 +172,7 @@ def test_quota_is_throttling_not_failure(setup: Any) -> None:
     denial = attrs(
         {
             sc.WORKFLOW: "throttled",
-            sc.GEN_AI_REQUEST_MODEL: "fake:model",
+            sc.GEN_AI_REQUEST_MODEL: "model",
             sc.GEN_AI_PROVIDER_NAME: "fake",
             sc.QUOTA_DIMENSION: "tokens",
         }
@@ -234,7 +239,7 @@ def test_exposure_drained(setup: Any) -> None:
             sc.WORKFLOW: "rulvar-orchestrate",
             sc.EXPOSURE_SCOPE: "root",
             sc.WILL_WAIT: False,
-            sc.GEN_AI_REQUEST_MODEL: "fake:model",
+            sc.GEN_AI_REQUEST_MODEL: "model",
         }
     )
     assert data[sc.METRIC_EXPOSURE_WAITS] == {wait: 1}
@@ -261,7 +266,7 @@ def test_error(setup: Any) -> None:
                 sc.WORKFLOW: "fragile",
                 sc.AGENT_TYPE: "unknown",
                 sc.STATUS: "ok",
-                sc.GEN_AI_REQUEST_MODEL: "fake:fake-model",
+                sc.GEN_AI_REQUEST_MODEL: "fake-model",
             }
         ): 1,
         attrs(
@@ -269,7 +274,7 @@ def test_error(setup: Any) -> None:
                 sc.WORKFLOW: "fragile",
                 sc.AGENT_TYPE: "flaky",
                 sc.STATUS: "error",
-                sc.GEN_AI_REQUEST_MODEL: "fake:fake-model",
+                sc.GEN_AI_REQUEST_MODEL: "fake-model",
             }
         ): 1,
     }
@@ -330,7 +335,7 @@ def test_orchestrate_share_from_the_cost_report(setup: Any) -> None:
                 sc.WORKFLOW: "rulvar-orchestrate",
                 sc.AGENT_TYPE: "worker",
                 sc.STATUS: "ok",
-                sc.GEN_AI_REQUEST_MODEL: "fake:model",
+                sc.GEN_AI_REQUEST_MODEL: "model",
             }
         ): 3,
         attrs(
@@ -338,7 +343,7 @@ def test_orchestrate_share_from_the_cost_report(setup: Any) -> None:
                 sc.WORKFLOW: "rulvar-orchestrate",
                 sc.AGENT_TYPE: "unknown",
                 sc.STATUS: "ok",
-                sc.GEN_AI_REQUEST_MODEL: "fake:model",
+                sc.GEN_AI_REQUEST_MODEL: "model",
             }
         ): 1,
     }
@@ -478,7 +483,7 @@ def test_adaptive_stream_without_an_outcome(setup: Any) -> None:
     assert data[sc.METRIC_SPAWNS_REJECTED] == {
         attrs({sc.WORKFLOW: "planner", sc.SPAWN_CODE: "budget_exhausted", sc.AGENT_TYPE: "researcher"}): 1
     }
-    small = {sc.GEN_AI_REQUEST_MODEL: "acme:small", sc.GEN_AI_PROVIDER_NAME: "acme"}
+    small = {sc.GEN_AI_REQUEST_MODEL: "small", sc.GEN_AI_PROVIDER_NAME: "acme"}
     assert data[sc.METRIC_QUOTA_DENIALS] == {
         attrs({sc.WORKFLOW: "planner", **small, sc.QUOTA_DIMENSION: "requests"}): 2,
         attrs({sc.WORKFLOW: "planner", **small, sc.QUOTA_DIMENSION: "tokens"}): 1,
@@ -507,7 +512,7 @@ def test_adaptive_stream_without_an_outcome(setup: Any) -> None:
                 sc.WORKFLOW: "planner",
                 sc.EXPOSURE_SCOPE: "child",
                 sc.WILL_WAIT: True,
-                sc.GEN_AI_REQUEST_MODEL: "acme:big",
+                sc.GEN_AI_REQUEST_MODEL: "big",
             }
         ): 1
     }
@@ -523,9 +528,9 @@ def test_adaptive_stream_without_an_outcome(setup: Any) -> None:
         )
 
     durations = data[sc.METRIC_AGENT_DURATION]
-    assert _hist(durations[agent("researcher", "error", "acme:small")]) == (1, approx(1.5))
-    assert _hist(durations[agent("writer", "ok", "acme:small")]) == (1, approx(3.0))
-    assert _hist(durations[agent("unknown", "ok", "acme:big")]) == (1, approx(8.9))
+    assert _hist(durations[agent("researcher", "error", "small")]) == (1, approx(1.5))
+    assert _hist(durations[agent("writer", "ok", "small")]) == (1, approx(3.0))
+    assert _hist(durations[agent("unknown", "ok", "big")]) == (1, approx(8.9))
     op = data[sc.METRIC_INVOCATION_DURATION]
     assert _hist(op[attrs(_phase("planner", "acme:small", "loop", **{sc.ERROR_TYPE: "_OTHER"}))]) == (
         1,
@@ -563,7 +568,7 @@ def test_runs_accumulate_across_recorders(setup: Any) -> None:
     assert data[RUN][_run_key("throttled", "ok")] == 2
     assert data[RUN][_run_key("solo", "ok", settled=False)] == 1
     denial = {
-        sc.GEN_AI_REQUEST_MODEL: "fake:model",
+        sc.GEN_AI_REQUEST_MODEL: "model",
         sc.GEN_AI_PROVIDER_NAME: "fake",
         sc.QUOTA_DIMENSION: "tokens",
     }
@@ -577,6 +582,50 @@ SECRET = "sk-" + "A1b2C3d4E5f6G7h8I9j0"
 
 def _all_attribute_values(reader: InMemoryMetricReader) -> list[Any]:
     return [value for series in points(reader).values() for key in series for _, value in key]
+
+
+@pytest.mark.parametrize(
+    ("ref", "model", "provider"),
+    [
+        ("openai:gpt-4o-mini", "gpt-4o-mini", "openai"),
+        ("gemini:gemini-2.5-pro", "gemini-2.5-pro", "gcp.gemini"),
+        ("acme:small", "small", "acme"),
+        ("bare-model", "bare-model", "unknown"),
+        ("acme:", "unknown", "acme"),
+    ],
+)
+def test_model_labels_are_the_spans_model_id_and_provider(
+    setup: Any, ref: str, model: str, provider: str
+) -> None:
+    # The same gen_ai.request.model / gen_ai.provider.name values the spans carry, so the
+    # dashboards' model variable matches the spanmetrics dimension and span attributes.
+    meter, reader = setup
+    agent = {"agentType": "a", "model": ref, "role": "loop"}
+    stream = build_stream(
+        "syn-model",
+        [
+            (0.0, "s0", {"type": "run:start", "workflow": "w"}),
+            (0.1, "s1", {"type": "quota:denied", "agentType": "a", "model": ref, "reason": "tokens"}),
+            (
+                0.2,
+                "s1",
+                {"type": "agent:phase:end", **agent, "durationMs": 5, "costUsd": 0.5, "outcome": "ok"},
+            ),
+        ],
+    )
+    feed(meter, stream)
+    data = points(reader)
+    assert data[sc.METRIC_SPEND] == {attrs(_phase("w", f"{provider}:{model}", "loop")): 0.5}
+    assert set(data[sc.METRIC_QUOTA_DENIALS]) == {
+        attrs(
+            {
+                sc.WORKFLOW: "w",
+                sc.GEN_AI_REQUEST_MODEL: model,
+                sc.GEN_AI_PROVIDER_NAME: provider,
+                sc.QUOTA_DIMENSION: "tokens",
+            }
+        )
+    }
 
 
 def test_every_string_attribute_is_masked(setup: Any) -> None:

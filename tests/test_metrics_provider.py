@@ -17,10 +17,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from rulvar_otel.errors import ConfigError, ExportError
+from rulvar_otel.errors import ConfigError
+from rulvar_otel.export import MetricsSetup, build_meter_provider
 from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel.exporter import export_events
-from rulvar_otel.otel.metrics import MetricsSetup, build_meter_provider
 from tests._fixtures import events, outcome
 from tests._metric_streams import adaptive_outcome, adaptive_stream, feed, points
 
@@ -117,11 +117,11 @@ def test_without_a_linger_shutdown_closes_the_endpoint_at_once() -> None:
         httpx.get(url, timeout=2)
 
 
-def test_a_taken_port_is_an_export_error() -> None:
+def test_a_taken_port_is_a_config_error() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        with pytest.raises(ExportError, match="cannot serve"):
+        with pytest.raises(ConfigError, match="cannot serve"):
             build_meter_provider(MetricsSetup(prometheus_port=taken.getsockname()[1]))
 
 

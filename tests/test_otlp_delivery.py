@@ -16,15 +16,13 @@ import pytest
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from typer.testing import CliRunner
 
-from rulvar_otel.cli import app
 from rulvar_otel.errors import ConfigError
-from rulvar_otel.otel._provider import (
+from rulvar_otel.export import (
     DEFAULT_EXPORT_TIMEOUT_S,
     DeliveryReport,
+    ExportOptions,
     TargetReport,
-    TraceOptions,
     build_trace_delivery,
     parse_header,
     resolve_otlp_target,
@@ -32,6 +30,7 @@ from rulvar_otel.otel._provider import (
 )
 from rulvar_otel.otel.exporter import export_events
 from tests._fixtures import REFERENCE, STREAMS, events, outcome
+from tests._otel_harness import otlp_file_spans, run_cli
 from tests._otlp_receivers import (
     GrpcMetricsReceiver,
     GrpcTraceReceiver,
@@ -42,29 +41,7 @@ from tests._otlp_receivers import (
     span_index,
 )
 
-OTEL_ENV = (
-    "OTEL_EXPORTER_OTLP_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_PROTOCOL",
-    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-    "OTEL_EXPORTER_OTLP_HEADERS",
-    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
-    "OTEL_EXPORTER_OTLP_TIMEOUT",
-    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
-    "OTEL_SERVICE_NAME",
-    "OTEL_SPAN_EVENT_COUNT_LIMIT",
-    "OTEL_BSP_MAX_QUEUE_SIZE",
-    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
-    "OTEL_RESOURCE_ATTRIBUTES",
-)
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in OTEL_ENV:
-        monkeypatch.delenv(name, raising=False)
-    # The embedded default writes into the working directory; keep it out of the repo.
-    monkeypatch.chdir(tmp_path)
+pytestmark = pytest.mark.usefixtures("otel_env_cleared")
 
 
 def reference_span_count(name: str) -> int:
@@ -83,11 +60,6 @@ def expected_span_count(name: str) -> int:
     provider.shutdown()
     assert made == len(exporter.get_finished_spans())
     return made
-
-
-def run_cli(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args), catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
 
 
 def check_one_whole_trace(spans: list[ReceivedSpan], expected: int) -> ReceivedSpan:
@@ -218,15 +190,7 @@ def test_endpoint_and_out_together_deliver_to_both(tmp_path: Path) -> None:
         )
         assert code == 0, err
         assert len(rx.spans()) == 17
-    from rulvar_otel.otel._otlp_json import iter_otlp_json_file
-
-    written = [
-        s
-        for r in iter_otlp_json_file(out)
-        for rs in r.resource_spans
-        for ss in rs.scope_spans
-        for s in ss.spans
-    ]
+    written = otlp_file_spans(out)
     assert sorted(s.span_id for s in written) == sorted(s.span.span_id for s in rx.spans())
 
 
@@ -286,7 +250,7 @@ def test_metrics_endpoint_receives_the_run_metrics_beside_the_trace() -> None:
 
 
 def test_no_endpoint_anywhere_means_the_embedded_default() -> None:
-    assert resolve_otlp_target(TraceOptions(), environ={}) is None
+    assert resolve_otlp_target(ExportOptions(), environ={}) is None
 
 
 def test_endpoint_precedence_option_then_traces_env_then_base_env() -> None:
@@ -294,36 +258,39 @@ def test_endpoint_precedence_option_then_traces_env_then_base_env() -> None:
         "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://traces:4318/custom/path",
         "OTEL_EXPORTER_OTLP_ENDPOINT": "http://base:4318",
     }
-    explicit = resolve_otlp_target(TraceOptions(endpoint="http://cli:4318"), environ=env)
+    explicit = resolve_otlp_target(ExportOptions(endpoint="http://cli:4318"), environ=env)
     assert explicit is not None and explicit.endpoint == "http://cli:4318/v1/traces"
-    traces = resolve_otlp_target(TraceOptions(), environ=env)
+    traces = resolve_otlp_target(ExportOptions(), environ=env)
     # The signal-specific variable is used as given.
     assert traces is not None and traces.endpoint == "http://traces:4318/custom/path"
-    base = resolve_otlp_target(TraceOptions(), environ={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://base:4318/"})
+    base = resolve_otlp_target(ExportOptions(), environ={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://base:4318/"})
     assert base is not None and base.endpoint == "http://base:4318/v1/traces"
 
 
 def test_protocol_from_option_env_or_port() -> None:
-    grpc_port = resolve_otlp_target(TraceOptions(endpoint="http://c:4317"), environ={})
+    grpc_port = resolve_otlp_target(ExportOptions(endpoint="http://c:4317"), environ={})
     assert grpc_port is not None and grpc_port.protocol == "grpc" and grpc_port.endpoint == "http://c:4317"
-    other = resolve_otlp_target(TraceOptions(endpoint="http://c:9999"), environ={})
+    other = resolve_otlp_target(ExportOptions(endpoint="http://c:9999"), environ={})
     assert other is not None and other.protocol == "http/protobuf"
     env = resolve_otlp_target(
-        TraceOptions(endpoint="http://c:9999"), environ={"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc"}
+        ExportOptions(endpoint="http://c:9999"), environ={"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc"}
     )
     assert env is not None and env.protocol == "grpc"
     option = resolve_otlp_target(
-        TraceOptions(endpoint="http://c:4317", protocol="http/protobuf"),
+        ExportOptions(endpoint="http://c:4317", protocol="http/protobuf"),
         environ={"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
     )
     assert option is not None and option.protocol == "http/protobuf"
     with pytest.raises(ConfigError, match="http/json"):
-        resolve_otlp_target(TraceOptions(endpoint="http://c:4318", protocol="http/json"), environ={})
+        ExportOptions(endpoint="http://c:4318", protocol="http/json")
+    env = {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}
+    with pytest.raises(ConfigError, match="http/json"):
+        resolve_otlp_target(ExportOptions(endpoint="http://c:4318"), environ=env)
 
 
 def test_headers_merge_env_then_options_with_lowercase_names() -> None:
     target = resolve_otlp_target(
-        TraceOptions(endpoint="http://c:4317", headers={"X-Team": "cli"}),
+        ExportOptions(endpoint="http://c:4317", headers={"X-Team": "cli"}),
         environ={"OTEL_EXPORTER_OTLP_HEADERS": "X-Team=env,api-key=abc%20def"},
     )
     assert target is not None
@@ -336,40 +303,42 @@ def test_headers_merge_env_then_options_with_lowercase_names() -> None:
 
 def test_timeout_env_is_milliseconds_and_validated() -> None:
     target = resolve_otlp_target(
-        TraceOptions(endpoint="http://c:4317"), environ={"OTEL_EXPORTER_OTLP_TIMEOUT": "2500"}
+        ExportOptions(endpoint="http://c:4317"), environ={"OTEL_EXPORTER_OTLP_TIMEOUT": "2500"}
     )
     assert target is not None and target.timeout_s == 2.5
-    default = resolve_otlp_target(TraceOptions(endpoint="http://c:4317"), environ={})
+    default = resolve_otlp_target(ExportOptions(endpoint="http://c:4317"), environ={})
     assert default is not None and default.timeout_s == DEFAULT_EXPORT_TIMEOUT_S
     option = resolve_otlp_target(
-        TraceOptions(endpoint="http://c:4317", timeout_s=0.5), environ={"OTEL_EXPORTER_OTLP_TIMEOUT": "9000"}
+        ExportOptions(endpoint="http://c:4317", export_timeout_s=0.5),
+        environ={"OTEL_EXPORTER_OTLP_TIMEOUT": "9000"},
     )
     assert option is not None and option.timeout_s == 0.5
     for bad in ("soon", "0", "-5"):
         with pytest.raises(ConfigError, match="OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"):
             resolve_otlp_target(
-                TraceOptions(endpoint="http://c:4317"), environ={"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": bad}
+                ExportOptions(endpoint="http://c:4317"), environ={"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": bad}
             )
 
 
 @pytest.mark.parametrize("url", ["localhost:4317", "grpc://c:4317", "http://", "http://c:notaport"])
 def test_bad_endpoint_is_a_config_error(url: str) -> None:
-    with pytest.raises(ConfigError, match="--endpoint"):
-        resolve_otlp_target(TraceOptions(endpoint=url), environ={})
+    with pytest.raises(ConfigError, match=r"^endpoint"):
+        ExportOptions(endpoint=url)
+    with pytest.raises(ConfigError, match=r"^OTEL_EXPORTER_OTLP_ENDPOINT"):
+        resolve_otlp_target(ExportOptions(), environ={"OTEL_EXPORTER_OTLP_ENDPOINT": url})
 
 
 def test_service_name_precedence() -> None:
-    assert resolve_service_name(TraceOptions(), environ={}) == "rulvar"
-    assert resolve_service_name(TraceOptions(), environ={"OTEL_SERVICE_NAME": "env"}) == "env"
+    assert resolve_service_name(ExportOptions(), environ={}) == "rulvar"
+    assert resolve_service_name(ExportOptions(), environ={"OTEL_SERVICE_NAME": "env"}) == "env"
     assert (
-        resolve_service_name(TraceOptions(service_name="opt"), environ={"OTEL_SERVICE_NAME": "env"}) == "opt"
+        resolve_service_name(ExportOptions(service_name="opt"), environ={"OTEL_SERVICE_NAME": "env"}) == "opt"
     )
 
 
 def _span_with_events(environ: dict[str, str], count: int, tmp_path: Path) -> int:
-    delivery = build_trace_delivery(
-        TraceOptions(out=tmp_path / "events.jsonl", collect_spans=True), environ=environ
-    )
+    out = tmp_path / "events.jsonl"
+    delivery = build_trace_delivery(ExportOptions(out=out), environ=environ, keep_spans=True)
     with delivery.tracer.start_as_current_span("many") as span:
         for index in range(count):
             span.add_event("e", {"i": index})
@@ -403,7 +372,7 @@ def test_delivery_report_counts_what_each_destination_missed() -> None:
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs Linux /dev/full to fail writes")
 def test_a_failing_destination_is_reported_after_finish() -> None:
-    delivery = build_trace_delivery(TraceOptions(out=Path("/dev/full")), environ={})
+    delivery = build_trace_delivery(ExportOptions(out=Path("/dev/full")), environ={})
     for index in range(3):
         delivery.tracer.start_span(f"s{index}").end()
     report = delivery.finish()
@@ -415,13 +384,13 @@ def test_a_failing_destination_is_reported_after_finish() -> None:
 
 def test_bad_queue_settings_are_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="OTEL_BSP_MAX_QUEUE_SIZE"):
-        build_trace_delivery(TraceOptions(out=tmp_path / "x"), environ={"OTEL_BSP_MAX_QUEUE_SIZE": "lots"})
+        build_trace_delivery(ExportOptions(out=tmp_path / "x"), environ={"OTEL_BSP_MAX_QUEUE_SIZE": "lots"})
     with pytest.raises(ConfigError, match="OTEL_BSP_MAX_EXPORT_BATCH_SIZE"):
         build_trace_delivery(
-            TraceOptions(out=tmp_path / "x"), environ={"OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "0"}
+            ExportOptions(out=tmp_path / "x"), environ={"OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "0"}
         )
 
 
 def test_unwritable_out_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot write"):
-        build_trace_delivery(TraceOptions(out=tmp_path / "missing-dir" / "x.jsonl"), environ={})
+        build_trace_delivery(ExportOptions(out=tmp_path / "missing-dir" / "x.jsonl"), environ={})

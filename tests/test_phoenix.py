@@ -39,7 +39,7 @@ INSTALL_TIMEOUT_S = 900
 STARTUP_TIMEOUT_S = 120
 INGEST_TIMEOUT_S = 60
 
-pytestmark = pytest.mark.timeout(INSTALL_TIMEOUT_S + STARTUP_TIMEOUT_S + 300)
+pytestmark = [pytest.mark.live, pytest.mark.timeout(INSTALL_TIMEOUT_S + STARTUP_TIMEOUT_S + 300)]
 
 
 def _venv() -> Path:

@@ -22,9 +22,9 @@ from typer.testing import CliRunner
 from rulvar_otel.cli import app
 from rulvar_otel.core.events import KNOWN_EVENT_TYPES
 from rulvar_otel.core.handle import RunOutcome
+from rulvar_otel.export import iter_otlp_json_file
 from rulvar_otel.otel import create_mapper, export_events, to_otel
 from rulvar_otel.otel import semconv as sc
-from rulvar_otel.otel._otlp_json import iter_otlp_json_file
 from tests._fixtures import events as stream_events
 from tests._otel_harness import Recorder, ev, export, provider, t
 from tests._otlp_receivers import GrpcTraceReceiver, HttpTraceReceiver, TraceReceiver

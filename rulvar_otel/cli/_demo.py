@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib
-import sys
 from pathlib import Path
 from typing import Annotated, TextIO
 
@@ -19,9 +18,9 @@ import typer
 from rulvar_otel.cli._common import (
     EXIT_OK,
     EXIT_USAGE,
-    ExportOptions,
-    export_run_async,
-    terminal_safe,
+    CommandOptions,
+    run_export_async,
+    say,
     with_export_options,
 )
 from rulvar_otel.core.events import event_to_wire
@@ -49,10 +48,6 @@ EventsOption = Annotated[
 ]
 
 
-def _err(text: str) -> None:
-    print(f"rulvar-otel: {terminal_safe(text)}", file=sys.stderr, flush=True)
-
-
 async def _write_events(handle: EngineRunHandle, path: Path) -> None:
     fh: TextIO
     with path.open("w", encoding="utf-8") as fh:
@@ -60,22 +55,22 @@ async def _write_events(handle: EngineRunHandle, path: Path) -> None:
             fh.write(orjson.dumps(event_to_wire(event)).decode() + "\n")
 
 
-async def _export(handle: EngineRunHandle, options: ExportOptions, events: Path | None) -> int:
+async def _export(handle: EngineRunHandle, options: CommandOptions, events: Path | None) -> int:
     writer = asyncio.create_task(_write_events(handle, events)) if events is not None else None
     try:
-        result = await export_run_async(handle, options)
+        code, _ = await run_export_async(handle, options)
     finally:
         if writer is not None:
             try:
                 await writer
             except OSError as exc:
-                _err(f"error: cannot write --events {events}: {exc.strerror or exc}")
+                say(f"error: cannot write --events {events}: {exc.strerror or exc}")
                 return EXIT_USAGE
     refused = _journal_refusal(handle)
     if refused is not None:
-        _err(f"error: {refused}")
+        say(f"error: {refused}")
         return EXIT_USAGE
-    return result.exit_code
+    return code
 
 
 def _journal_refusal(handle: EngineRunHandle) -> RunRejectedError | None:
@@ -100,7 +95,7 @@ def demo_command(
         float | None, typer.Option("--budget-usd", metavar="USD", help="Hard spend ceiling of the run.")
     ] = None,
     *,
-    options: ExportOptions,
+    options: CommandOptions,
 ) -> None:
     """Run the bundled multi-agent sample workflow and export its trace live.
 
@@ -115,11 +110,11 @@ def demo_command(
         try:
             handle = setup.engine.run(setup.workflow, setup.args, run_id=run_id, budget_usd=budget_usd)
         except RulvarOtelError as exc:
-            _err(f"error: {exc}")
+            say(f"error: {exc}")
             return EXIT_USAGE
         code = await _export(handle, options, events)
         if journal is not None and code == EXIT_OK:
-            _err(
+            say(
                 f"run {handle.run_id} journaled in {journal}; replay it with: "
                 f"rulvar-otel replay {handle.run_id} --journal {journal}"
             )
@@ -155,7 +150,7 @@ def replay_command(
     ] = None,
     events: EventsOption = None,
     *,
-    options: ExportOptions,
+    options: CommandOptions,
 ) -> None:
     """Dry-run resume a journaled run (zero model calls) and export the re-emitted history.
 
@@ -189,7 +184,7 @@ def replay_command(
             )
             handle = engine.resume(run_id, wf, dry_run=True)
         except RulvarOtelError as exc:
-            _err(f"error: {exc}")
+            say(f"error: {exc}")
             return EXIT_USAGE
         return await _export(handle, options, events)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Final
@@ -12,17 +11,17 @@ import typer
 from pydantic import ValidationError
 
 from rulvar_otel.cli._common import (
+    EXIT_INTERRUPTED,
     EXIT_USAGE,
-    ExportOptions,
-    export_run,
-    terminal_safe,
+    CommandOptions,
+    run_export,
+    say,
     with_export_options,
 )
-from rulvar_otel.core.handle import RunOutcome, handle_from_events, outcome_from_json
+from rulvar_otel.core.handle import RunOutcome, outcome_from_json
 from rulvar_otel.errors import ConfigError, RunRejectedError, SourceError, StreamLineError
-from rulvar_otel.otel._otlp_json import DEFAULT_OTLP_JSON_PATH
-from rulvar_otel.otel._provider import resolve_otlp_target
-from rulvar_otel.sources.jsonl import STDIN, JsonlEventSource, handle_from_jsonl
+from rulvar_otel.export import StreamedRun, check_output_is_not_input
+from rulvar_otel.sources.jsonl import STDIN, JsonlEventSource
 
 __all__ = ["export_command", "load_outcome", "register"]
 
@@ -47,24 +46,10 @@ def load_outcome(path: Path) -> RunOutcome | RunRejectedError:
         raise ConfigError(f"--outcome {path}: not a RunOutcome (check {fields})") from exc
 
 
-def _refuse_overwriting_the_input(stream: str, options: ExportOptions) -> None:
-    # The output file is truncated when the export starts, before the stream is read.
-    if stream == STDIN:
-        return
-    candidate = options.out
-    if candidate is None and resolve_otlp_target(options.trace_options()) is None:
-        candidate = Path(DEFAULT_OTLP_JSON_PATH)
-    if candidate is not None:
-        try:
-            same = candidate.exists() and os.path.samefile(candidate, stream)
-        except OSError:
-            same = False
-        if same:
-            raise ConfigError(f"the output file {candidate} is the input stream; choose another --out")
-
-
-def _err(text: str) -> None:
-    print(f"rulvar-otel: {terminal_safe(text)}", file=sys.stderr, flush=True)
+def _check_stdin(stream: str) -> None:
+    # With fd 0 closed (`export - <&-`) Python has no sys.stdin at all.
+    if stream == STDIN and (sys.stdin is None or getattr(sys.stdin, "buffer", None) is None):
+        raise ConfigError("stdin is closed: pass a file, or pipe the stream into '-'")
 
 
 @with_export_options
@@ -84,17 +69,21 @@ def export_command(
         typer.Option("--strict", help="Fail (exit 2) on the first malformed line instead of skipping it."),
     ] = False,
     *,
-    options: ExportOptions,
+    options: CommandOptions,
 ) -> None:
-    """Export a recorded Rulvar event stream as one OpenTelemetry trace.
+    """Export a recorded Rulvar event stream as one OpenTelemetry trace per run.
 
-    Exit codes: 0 exported, 1 export failed (endpoint refused or unreachable), 2 usage or input error.
+    The stream is read once and never held in memory. Exit codes: 0 exported, 1 export failed
+    (endpoint refused or unreachable, stdout not writable), 2 usage or input error, 130
+    interrupted (what was read was exported).
     """
     try:
         settled = load_outcome(outcome) if outcome is not None else None
-        _refuse_overwriting_the_input(stream, options)
+        _check_stdin(stream)
+        if stream != STDIN:
+            check_output_is_not_input(options.export, stream)
     except ConfigError as exc:
-        _err(f"error: {exc}")
+        say(f"error: {exc}")
         raise typer.Exit(EXIT_USAGE) from None
 
     printed = 0
@@ -103,26 +92,33 @@ def export_command(
         nonlocal printed
         printed += 1
         if printed <= MAX_PRINTED_DIAGNOSTICS:
-            _err(f"skipped {error}")
+            say(f"skipped {error}")
 
     try:
         source = JsonlEventSource(stream, strict=strict, on_error=diagnose)
         if strict:
             # Read everything first: with --strict a bad line must stop the export before any span.
             with source:
-                handle = handle_from_events(list(source), settled)
+                handle = StreamedRun(list(source), settled)
         else:
-            handle = handle_from_jsonl(source, outcome=settled)
+            handle = StreamedRun(source, settled)
     except (SourceError, StreamLineError) as exc:
-        _err(f"error: {exc}")
+        say(f"error: {exc}")
         raise typer.Exit(EXIT_USAGE) from None
+    except KeyboardInterrupt:
+        say("interrupted before anything was exported")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
 
-    result = export_run(handle, options)
+    try:
+        code, _ = run_export(handle, options)
+    except KeyboardInterrupt:
+        say("interrupted twice; the export was abandoned and earlier output left as it was")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     if source.error_count > MAX_PRINTED_DIAGNOSTICS:
-        _err(f"skipped {source.error_count - MAX_PRINTED_DIAGNOSTICS} more malformed lines")
+        say(f"skipped {source.error_count - MAX_PRINTED_DIAGNOSTICS} more malformed lines")
     if source.error_count:
-        _err(f"{source.error_count} malformed line{'s' if source.error_count != 1 else ''} skipped in total")
-    raise typer.Exit(result.exit_code)
+        say(f"{source.error_count} malformed line{'s' if source.error_count != 1 else ''} skipped in total")
+    raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:

@@ -16,16 +16,16 @@ an unknown run, or a server that could not be followed.
 from __future__ import annotations
 
 import dataclasses
-import sys
 from typing import Annotated, Final
 
 import typer
 
 from rulvar_otel.cli._common import (
+    EXIT_INTERRUPTED,
     EXIT_USAGE,
-    ExportOptions,
-    export_run,
-    terminal_safe,
+    CommandOptions,
+    run_export,
+    say,
     with_export_options,
 )
 from rulvar_otel.core.masking import compile_secret_masker
@@ -53,10 +53,6 @@ _SUMMARY: Final = {
 }
 
 
-def _err(text: str) -> None:
-    print(f"rulvar-otel: {terminal_safe(text)}", file=sys.stderr, flush=True)
-
-
 def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
@@ -80,18 +76,18 @@ class _NoteDigest:
         self.first[note.kind] = note
         if note.kind == "not-live":
             if note.after_seq is None:
-                _err(
+                say(
                     "server note (the run is not live there, so no event will stream): "
                     f"{note.text}; only the terminal facts GET /runs/:id gives are available"
                 )
             else:
-                _err(
+                say(
                     f"server note (the run is no longer live there after seq {note.after_seq}): "
                     f"{note.text}; the trace ends with the streamed events, the outcome comes "
                     "from GET /runs/:id"
                 )
         elif note.kind in _LIVE_LABEL:
-            _err(f"{_LIVE_LABEL[note.kind]}: {note.text}")
+            say(f"{_LIVE_LABEL[note.kind]}: {note.text}")
 
     def summarize(self) -> None:
         for kind, count in self.counts.items():
@@ -99,7 +95,7 @@ class _NoteDigest:
             if template is None or (kind in _LIVE_LABEL and count == 1):
                 continue
             n = _times(count) if kind == "slow-consumer" else str(count)
-            _err(template.format(n=n, s="" if count == 1 else "s", text=self.first[kind].text))
+            say(template.format(n=n, s="" if count == 1 else "s", text=self.first[kind].text))
 
 
 def _terminal_facts_line(handle: ServerRunHandle) -> str:
@@ -156,13 +152,13 @@ def tail_command(
         ),
     ] = None,
     *,
-    options: ExportOptions,
+    options: CommandOptions,
 ) -> None:
     """Follow a run on a Rulvar server over SSE and export it live as one OpenTelemetry trace."""
     options = dataclasses.replace(options, ceiling_usd=ceiling_usd)
     try:
         policy = ReconnectPolicy(max_attempts=max_attempts, read_timeout_s=idle_timeout)
-        masker = compile_secret_masker(options.patterns or None)
+        masker = compile_secret_masker(options.export.patterns or None)
 
         # Note texts are already masked and sanitized by the source.
         digest = _NoteDigest()
@@ -170,25 +166,28 @@ def tail_command(
             server, run, until_suspended=until_suspended, policy=policy, masker=masker, on_note=digest
         )
     except ConfigError as exc:
-        _err(f"error: {exc}")
+        say(f"error: {exc}")
         raise typer.Exit(EXIT_USAGE) from None
 
     try:
-        result = export_run(handle, options)
+        code, _ = run_export(handle, options)
+    except KeyboardInterrupt:
+        say("interrupted twice; the export was abandoned")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         digest.summarize()
     stats = handle.stats
     if stats.terminal_facts_only:
-        _err(_terminal_facts_line(handle))
+        say(_terminal_facts_line(handle))
     if stats.reconnects or stats.duplicates_dropped:
-        _err(
+        say(
             f"followed the run over {_plural(stats.connections, 'connection')}: "
             f"{_plural(stats.delivered, 'event')}, "
             f"{_plural(stats.duplicates_dropped, 'duplicate')} dropped"
         )
     if stats.suspended_stops:
-        _err("stopped at the run's suspension (--until-suspended); tail again to follow its resumption")
-    raise typer.Exit(result.exit_code)
+        say("stopped at the run's suspension (--until-suspended); tail again to follow its resumption")
+    raise typer.Exit(code)
 
 
 def register(app: typer.Typer) -> None:

@@ -13,9 +13,22 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from typing import Final, TypeAlias
+from typing import Any, Final, TypeAlias
 
-__all__ = ["MAX_VIEW_PIECES", "VIEWS", "View", "map_back", "sanitize_terminal_text", "view"]
+import re2
+from re2 import _re2  # type: ignore[attr-defined]
+
+__all__ = [
+    "C0_VIEWS",
+    "CONTROL_VIEWS",
+    "ESCAPE_VIEWS",
+    "MAX_VIEW_PIECES",
+    "View",
+    "has_special",
+    "map_back",
+    "sanitize_terminal_text",
+    "view",
+]
 
 # ESC-initiated sequences: CSI (ESC [ ... final), OSC/DCS/SOS/PM/APC (ESC ] P X ^ _ ... ST or BEL),
 # other two-byte escapes; their 8-bit C1 forms; bare C0/DEL/C1 controls; line and paragraph
@@ -48,6 +61,38 @@ _ESCAPED: Final = re.compile(
     r"|\\(?:[nrtfvab0]|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8})"
 )
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
+# Multi-line text usually holds only C0 controls (newlines, tabs): no sequence, nothing invisible.
+# For such text every view above reduces to this one, so the others are skipped.
+_C0_RUN: Final = re.compile("[\x00-\x1a\x1c-\x1f\x7f]+")
+
+
+def _special_program() -> Any:
+    options = re2.Options()
+    options.log_errors = False
+    options.never_capture = True
+    # ESC, C1, U+2028/9 and the invisible characters above, in RE2's spelling.
+    cls = (
+        r"\x{1b}\x{80}-\x{9f}\x{2028}\x{2029}\x{ad}\x{61c}\x{180e}\x{200b}-\x{200f}\x{202a}-\x{202e}"
+        r"\x{2060}-\x{2064}\x{2066}-\x{206f}\x{feff}\x{fff9}-\x{fffb}\x{e0001}\x{e0020}-\x{e007f}"
+    )
+    program = _re2.RE2(f"[{cls}]".encode(), options)
+    assert program.ok(), program.error()
+    return program
+
+
+_SPECIAL: Final = _special_program()
+_UNANCHORED: Final = _re2.RE2.Anchor.UNANCHORED
+
+
+def has_special(text: str) -> bool:
+    """Whether ``text`` holds anything beyond printable characters and C0 controls other than ESC:
+    an escape, a C1 control, a line separator, an invisible character or a lone surrogate."""
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate
+        return True
+    return bool(_SPECIAL.Match(_UNANCHORED, data, 0, len(data))[0][0] >= 0)
+
 
 View: TypeAlias = tuple[tuple[re.Pattern[str], str], ...]
 # A text with more pieces than this in one view is masked whole rather than mapped back.
@@ -62,8 +107,8 @@ CONTROL_VIEWS: Final[tuple[View, ...]] = (
     ((_INVISIBLE_RUN, ""), (_CONTROL_ONE, " ")),
     ((_INVISIBLE_RUN, ""), (_CONTROL_CHAR, " ")),
 )
+C0_VIEWS: Final[tuple[View, ...]] = (((_C0_RUN, " "),),)
 ESCAPE_VIEWS: Final[tuple[View, ...]] = (((_ESCAPED, " "),),)
-VIEWS: Final = CONTROL_VIEWS + ESCAPE_VIEWS
 
 
 def sanitize_terminal_text(text: str) -> str:
@@ -75,6 +120,8 @@ def sanitize_terminal_text(text: str) -> str:
     """
     if text.isprintable():
         return text
+    if not has_special(text):
+        return _C0_RUN.sub(" ", text)
     return _SURROGATE.sub("\ufffd", view(text, _SANITIZED))
 
 

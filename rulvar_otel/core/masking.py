@@ -27,8 +27,10 @@ from re2 import _re2  # type: ignore[attr-defined]  # the engine itself: spans w
 
 from rulvar_otel.core._pattern_dialect import PatternDialectError, translate
 from rulvar_otel.core._text_views import (
+    C0_VIEWS,
     CONTROL_VIEWS,
     ESCAPE_VIEWS,
+    has_special,
     map_back,
     sanitize_terminal_text,
     view,
@@ -53,19 +55,21 @@ __all__ = [
 
 MASKED_SECRET: Final = "[masked-secret]"
 
-# RE2 syntax. None needs the engine to look past the end of its match, so finding every match of
-# one pattern is a single pass. A private key cut short (a truncated value) is still masked.
+# RE2 syntax (the collector's redaction processor mirrors them). A word boundary before each
+# shape, none after: a key followed by "_" or more characters is still masked. Only a private
+# key's search can read past its match (to find the END line); a key cut short (a truncated
+# value) is still masked from its BEGIN line on.
 DEFAULT_SECRET_PATTERNS: Final[tuple[str, ...]] = (
     r"\bsk-[A-Za-z0-9_-]{16,}",
-    r"\bAKIA[0-9A-Z]{16}\b",
+    r"\bAKIA[0-9A-Z]{16}",
     r"\bgh[pousr]_[A-Za-z0-9]{20,}",
     r"\bgithub_pat_[A-Za-z0-9_]{20,}",
     r"\bxox[baprs]-[A-Za-z0-9-]{10,}",
     r"\bAIza[0-9A-Za-z_-]{35}",
     r"\bBearer\s+[A-Za-z0-9._~+/=-]{20,}",
     r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
-    r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----[\s\S]*?-----END [A-Z ]{0,40}PRIVATE KEY-----",
-    r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----(?:[A-Za-z0-9+/=\r\n,.-]|: ?)*",
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----"
+    r"(?:[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----|(?:[A-Za-z0-9+/=\r\n,.-]|: ?)*)",
 )
 
 # The shortest string any default pattern can match: "xoxb-" plus 10 characters.
@@ -190,7 +194,7 @@ class SecretMasker:
         spans = self._spans(data)
         if spans is None:
             return MASKED_SECRET
-        views = CONTROL_VIEWS if not text.isprintable() else ()
+        views = () if text.isprintable() else CONTROL_VIEWS if has_special(text) else C0_VIEWS
         if "\\" in text:
             views += ESCAPE_VIEWS
         extra: list[tuple[int, int]] = []

@@ -63,7 +63,7 @@ class ProviderCallMetrics:
         """Start timing one request to ``model_ref`` (``adapter:model``)."""
         from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 
-        provider, _, model = self.masker.mask(model_ref).partition(":")
+        provider, _, model = self.masker.clean(model_ref).partition(":")
         attributes = {
             gen_ai.GEN_AI_OPERATION_NAME: gen_ai.GenAiOperationNameValues.CHAT.value,
             gen_ai.GEN_AI_PROVIDER_NAME: provider,
@@ -99,5 +99,5 @@ class _Timer:
     def failed(self, error_type: str) -> None:
         from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
 
-        masked = self._metrics.masker.mask(error_type or "_OTHER")
+        masked = self._metrics.masker.clean(error_type or "_OTHER")
         self._metrics.duration.record(self._elapsed(), {**self._attributes, ERROR_TYPE: masked})

@@ -24,7 +24,6 @@ from opentelemetry.metrics import Observation as GaugeObservation
 from rulvar_otel.core.events import EventModel, event_to_wire
 from rulvar_otel.core.handle import RunHandle, RunOutcome
 from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
-from rulvar_otel.otel.metrics._provider import MetricsPipeline, MetricsSetup, build_meter_provider
 from rulvar_otel.otel.metrics.registry import (
     ADVANCE_TYPES,
     FINISH,
@@ -41,10 +40,7 @@ __all__ = [
     "COLLECT_HOOK_NAME",
     "REGISTRY",
     "MetricDefinition",
-    "MetricsPipeline",
     "MetricsRecorder",
-    "MetricsSetup",
-    "build_meter_provider",
     "definition",
     "record_metrics",
 ]

@@ -26,6 +26,7 @@ from rulvar_otel.core.events import parse_ts_ns
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import SecretMasker
 from rulvar_otel.otel import semconv as sc
+from rulvar_otel.otel._attributes import provider_name
 
 __all__ = [
     "ADVANCE_TYPES",
@@ -217,14 +218,18 @@ class FoldState:
             self._shared_build = build
         return self._shared_value  # type: ignore[no-any-return]
 
-    def model_ref(self, value: Any) -> str:
-        """A model ref, masked first so the derived provider never sees a raw credential."""
-        return self.masker.clean(_str(value))
+    def model(self, value: Any) -> tuple[str, str]:
+        """``(gen_ai.request.model, gen_ai.provider.name)`` of a model ref, as the spans carry them.
 
-    @staticmethod
-    def provider(masked_ref: str) -> str:
-        head, sep, _ = masked_ref.partition(":")
-        return head if sep and head else UNKNOWN
+        The model id after the adapter prefix and the adapter's well-known provider name (else the
+        adapter id), both split from the *masked* ref so a credential cannot leak through the
+        split; a ref without a prefix is the model itself, provider ``unknown``.
+        """
+        ref = self.masker.clean(_str(value))
+        adapter, colon, model_id = ref.partition(":")
+        if not colon:
+            return ref, UNKNOWN
+        return model_id or UNKNOWN, provider_name(adapter) if adapter else UNKNOWN
 
     def advance(self, event: Mapping[str, Any]) -> None:
         """Move the state past one live event (called after that event's folds ran)."""
@@ -237,7 +242,7 @@ class FoldState:
             self.run_start_ts = _ts(event.get("ts"))
         elif kind == "agent:start":
             self.agents[span_key] = _AgentSpan(
-                _ts(event.get("ts")), self.model_ref(event.get("model")), _agent_type(event)
+                _ts(event.get("ts")), self.model(event.get("model"))[0], _agent_type(event)
             )
             if event.get("role") == "orchestrate":
                 self.orchestrated = True
@@ -355,8 +360,8 @@ def _fold_run_cost(state: FoldState, event: Mapping[str, Any]) -> Sequence[Obser
 
 
 def _build_phase_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str, str]:
-    ref = state.model_ref(event.get("model"))
-    return state.workflow, ref, state.provider(ref), _str(event.get("role"))
+    model, provider = state.model(event.get("model"))
+    return state.workflow, model, provider, _str(event.get("role"))
 
 
 def _phase_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str, str]:
@@ -489,8 +494,8 @@ def _quota_dimension(reason: Any) -> str:
 
 
 def _fold_quota_denials(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
-    ref = state.model_ref(event.get("model"))
-    return ((1, (state.workflow, ref, state.provider(ref), _quota_dimension(event.get("reason")))),)
+    model, provider = state.model(event.get("model"))
+    return ((1, (state.workflow, model, provider, _quota_dimension(event.get("reason")))),)
 
 
 def _fold_exposure_waits(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
@@ -501,7 +506,7 @@ def _fold_exposure_waits(state: FoldState, event: Mapping[str, Any]) -> Sequence
                 state.workflow,
                 _str(event.get("scope")),
                 event.get("willWait") is True,
-                state.model_ref(event.get("model")),
+                state.model(event.get("model"))[0],
             ),
         ),
     )

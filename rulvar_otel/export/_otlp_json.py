@@ -10,6 +10,10 @@ reverses that, so a written line reads back into the protobuf message.
 from __future__ import annotations
 
 import base64
+import contextlib
+import os
+import stat
+import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -91,18 +95,25 @@ def iter_otlp_json_file(path: str | Path) -> Iterator[ExportTraceServiceRequest]
 class OtlpJsonFileExporter(SpanExporter):
     """A :class:`SpanExporter` appending one OTLP/JSON request line per exported batch.
 
-    ``target`` is a path (created or truncated when the exporter is built, so an unwritable path
-    fails at once with :class:`ConfigError`) or an open text stream (left open on shutdown).
+    ``target`` is a path or an open text stream (left open on shutdown). A path is created or
+    truncated when the exporter is built, so an unwritable path fails at once with
+    :class:`ConfigError`. With ``atomic=True`` the lines go to a temporary file beside the path
+    instead, and :meth:`commit` renames it into place (:meth:`discard` removes it): a failed
+    export never touches an earlier file at the path.
     """
 
-    def __init__(self, target: str | Path | IO[str]) -> None:
+    def __init__(self, target: str | Path | IO[str], *, atomic: bool = False) -> None:
         self._lock = threading.Lock()
         self._owned: IO[bytes] | None = None
         self._text: IO[str] | None = None
+        self._temp: Path | None = None
         if isinstance(target, str | Path):
             self.path: Path | None = Path(target)
             try:
-                self._owned = self.path.open("wb")
+                if atomic and _replaceable(self.path):
+                    self._owned, self._temp = _open_temp_beside(self.path)
+                else:
+                    self._owned = self.path.open("wb")
             except OSError as exc:
                 raise ConfigError(f"cannot write {self.path}: {exc.strerror or exc}") from exc
         else:
@@ -144,3 +155,47 @@ class OtlpJsonFileExporter(SpanExporter):
                     # Every line was flushed on write; a close failure only repeats a write failure.
                     self.error = self.error or f"cannot write {self.path}: {exc.strerror or exc}"
                 self._owned = None
+
+    def commit(self) -> bool:
+        """Move the temporary file into place (after :meth:`shutdown`); ``False`` if that failed."""
+        self.shutdown()
+        if self._temp is None or self.path is None:
+            return self.error is None
+        try:
+            os.replace(self._temp, self.path)
+        except OSError as exc:
+            self.error = f"cannot write {self.path}: {exc.strerror or exc}"
+            self.discard()
+            return False
+        self._temp = None
+        return True
+
+    def discard(self) -> None:
+        """Remove the temporary file, leaving the target as it was."""
+        self.shutdown()
+        if self._temp is not None:
+            with contextlib.suppress(OSError):
+                self._temp.unlink()
+            self._temp = None
+
+
+def _replaceable(path: Path) -> bool:
+    # A device, a pipe or a terminal (/dev/stdout, /dev/full) is written in place, never replaced.
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
+def _open_temp_beside(path: Path) -> tuple[IO[bytes], Path]:
+    directory = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise IsADirectoryError(21, "Is a directory")
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    # mkstemp creates 0600; the finished file gets the mode a plain create would give it.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
+    return os.fdopen(fd, "wb"), Path(name)

@@ -1,15 +1,18 @@
-"""A MeterProvider built from options: OTLP push (gRPC or HTTP) and/or a Prometheus pull endpoint.
+"""Metrics delivery: a MeterProvider pushing OTLP (gRPC or HTTP) and/or serving Prometheus.
 
 Everything that talks to the network is bounded: the OTLP exporters get a timeout, periodic
 export has an export timeout, and shutdown flushes within a bounded time. The Prometheus endpoint
 binds the host asked for and, for a one-shot export, stays up a chosen linger after the last
-event so a scraper gets at least one look at the final values.
+event so a scraper gets at least one look at the final values. Every OTLP export's result is
+kept, so a refused, hanging or failing endpoint is reported (:attr:`MetricsPipeline.problems`)
+instead of being logged and forgotten. A Prometheus port that cannot be bound is a
+:class:`~rulvar_otel.errors.ConfigError`: a usage problem, found before the run is read.
 """
 
 from __future__ import annotations
 
+import os
 import threading
-import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -20,14 +23,22 @@ from wsgiref.simple_server import WSGIServer
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import Meter
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricExportResult,
+    MetricReader,
+    MetricsData,
+    PeriodicExportingMetricReader,
+)
 from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from rulvar_otel.core.masking import redact_url
-from rulvar_otel.errors import ConfigError, ExportError
+from rulvar_otel.errors import ConfigError
+from rulvar_otel.export._options import ExportOptions
+from rulvar_otel.export._settings import read_headers, read_millis, resolve_protocol
 from rulvar_otel.otel.semconv import (
     DEFAULT_SERVICE_NAME,
     INSTRUMENTATION_SCOPE,
@@ -35,7 +46,7 @@ from rulvar_otel.otel.semconv import (
     SCHEMA_URL,
 )
 
-__all__ = ["MetricsPipeline", "MetricsSetup", "build_meter_provider"]
+__all__ = ["MetricsPipeline", "MetricsSetup", "build_meter_provider", "build_metrics_delivery"]
 
 Protocol = Literal["grpc", "http/protobuf"]
 
@@ -83,12 +94,61 @@ class _ScrapeCounter(Collector):
         return iter(())  # registering describes; only a scrape collects
 
 
+class _TrackedMetricExporter(MetricExporter):
+    """Keeps every export's result: a metrics endpoint that fails is reported, not just logged."""
+
+    def __init__(self, inner: MetricExporter, target: str) -> None:
+        super().__init__(
+            preferred_temporality=inner._preferred_temporality,
+            preferred_aggregation=inner._preferred_aggregation,
+        )
+        self._inner = inner
+        self.target = target
+        self.exports = 0
+        self.failures = 0
+        self.error: str | None = None
+        self._in_flight = 0
+        self._idle = threading.Condition()
+
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
+        with self._idle:
+            self._in_flight += 1
+        try:
+            result = self._inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - a failed export, never a crash
+            result = MetricExportResult.FAILURE
+            self.error = type(exc).__name__
+        with self._idle:
+            self.exports += 1
+            if result is not MetricExportResult.SUCCESS:
+                self.failures += 1
+                self.error = self.error or "the endpoint refused the metrics or did not answer in time"
+            self._in_flight -= 1
+            self._idle.notify_all()
+        return result
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait for an export still running in the reader's thread; ``False`` on timeout."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._in_flight == 0, timeout_s)
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        self._inner.shutdown(timeout_millis=timeout_millis, **kwargs)
+
+
 @dataclass(slots=True)
 class MetricsPipeline:
     """A built provider and what it started.
 
     ``shutdown()`` pushes what is pending, keeps the Prometheus endpoint up for the linger, then
     stops everything (bounded). ``prometheus_port`` is the bound port (also when 0 was asked for).
+    Setting :attr:`stop_linger` ends a linger early. After ``shutdown()``, :attr:`problems` holds
+    one sentence per OTLP destination that failed.
     """
 
     provider: MeterProvider
@@ -99,6 +159,9 @@ class MetricsPipeline:
     _server: WSGIServer | None = None
     _thread: threading.Thread | None = None
     _scrapes: _ScrapeCounter | None = None
+    _exporter: _TrackedMetricExporter | None = None
+    stop_linger: threading.Event = field(default_factory=threading.Event)
+    problems: list[str] = field(default_factory=list)
 
     @property
     def meter(self) -> Meter:
@@ -124,7 +187,7 @@ class MetricsPipeline:
                 # Push what is pending now rather than after the linger; the endpoint serves the
                 # final values meanwhile (a scrape collects them itself).
                 self.provider.force_flush(timeout_millis=self.timeout_s * 1000)
-                time.sleep(self.linger_s)
+                self.stop_linger.wait(self.linger_s)
         finally:
             try:
                 self.provider.shutdown(timeout_millis=self.timeout_s * 1000)
@@ -134,6 +197,19 @@ class MetricsPipeline:
                     self._server.server_close()
                 if self._thread is not None:
                     self._thread.join(timeout=self.timeout_s)
+        exporter = self._exporter
+        if exporter is None or self.problems:
+            return
+        # The reader's last export runs in its own thread and may outlive the shutdown's join.
+        if not exporter.wait_idle(self.timeout_s + 1.0):
+            self.problems.append(
+                f"the last metric export to {exporter.target} did not finish within {self.timeout_s:g} s"
+            )
+        elif exporter.failures:
+            self.problems.append(
+                f"{exporter.failures} of {exporter.exports} metric exports failed to reach "
+                f"{exporter.target}: {exporter.error}"
+            )
 
 
 def _validate(setup: MetricsSetup) -> None:
@@ -197,7 +273,7 @@ def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = Non
     """Build a MeterProvider for ``setup`` (raises :class:`ConfigError` on a bad option).
 
     The Prometheus endpoint uses its own registry, so several pipelines (or a host's own
-    ``prometheus_client`` metrics) never collide; :class:`ExportError` when the port is taken.
+    ``prometheus_client`` metrics) never collide; :class:`ConfigError` when the port is taken.
 
     Every pipeline is its own ``service.instance.id`` (a UUID unless ``resource`` names one): it
     labels every series the pull endpoint serves (``service_instance_id``) and, over OTLP, the
@@ -210,10 +286,13 @@ def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = Non
         resource if resource is not None else Resource.create({SERVICE_NAME: setup.service_name})
     )
     readers: list[MetricReader] = []
+    tracked: _TrackedMetricExporter | None = None
     if setup.otlp_endpoint is not None:
+        target = f"OTLP metrics endpoint {setup.otlp_endpoint}"
+        tracked = _TrackedMetricExporter(_otlp_exporter(setup), target)
         readers.append(
             PeriodicExportingMetricReader(
-                _otlp_exporter(setup),
+                tracked,
                 export_interval_millis=setup.export_interval_s * 1000,
                 export_timeout_millis=setup.timeout_s * 1000,
             )
@@ -236,8 +315,9 @@ def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = Non
                 setup.prometheus_port, addr=setup.prometheus_host, registry=registry
             )
         except OSError as exc:
-            raise ExportError(
-                f"cannot serve Prometheus metrics on {setup.prometheus_host}:{setup.prometheus_port}: {exc}"
+            raise ConfigError(
+                f"cannot serve Prometheus metrics on {setup.prometheus_host}:{setup.prometheus_port}: "
+                f"{exc.strerror or exc}"
             ) from exc
         port = int(server.server_port)
     provider = MeterProvider(metric_readers=readers, resource=resource)
@@ -250,4 +330,35 @@ def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = Non
         server,
         thread,
         scrapes,
+        tracked,
     )
+
+
+def build_metrics_delivery(
+    options: ExportOptions, *, service_name: str, environ: Mapping[str, str] | None = None
+) -> MetricsPipeline | None:
+    """The metrics pipeline ``options`` ask for, or ``None`` when they ask for none."""
+    if options.metrics_endpoint is None and options.prometheus_port is None:
+        return None
+    env = os.environ if environ is None else environ
+    protocol: Protocol = "grpc"
+    headers: dict[str, str] = {}
+    if options.metrics_endpoint is not None:
+        # The same rules as for traces: explicit, the METRICS variable, the shared one, the port.
+        protocol = resolve_protocol(options.protocol, options.metrics_endpoint, "METRICS", env)
+        headers = read_headers(env, "METRICS")
+    headers.update(options.headers)
+    timeout = options.export_timeout_s or read_millis(
+        env, "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"
+    )
+    setup = MetricsSetup(
+        otlp_endpoint=options.metrics_endpoint.strip() if options.metrics_endpoint else None,
+        otlp_protocol=protocol,
+        headers=headers,
+        timeout_s=min(timeout or 10.0, MAX_TIMEOUT_S),
+        prometheus_port=options.prometheus_port,
+        prometheus_host=options.prometheus_host,
+        prometheus_linger_s=options.prometheus_linger_s,
+        service_name=service_name,
+    )
+    return build_meter_provider(setup)

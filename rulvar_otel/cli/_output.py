@@ -1,0 +1,163 @@
+"""How an export is shown on a terminal: the span tree, notes, failures, one summary line, the exit code.
+
+Every printed dynamic string goes through :func:`terminal_safe` (masked, stripped of terminal
+controls, bounded). A stdout that refuses writes (a full disk, ``/dev/full``) is reported, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Sequence
+from typing import Final, TextIO
+
+from rulvar_otel.core.log_masking import output_masker
+from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
+from rulvar_otel.export import ExportReport, FailureKind
+
+__all__ = [
+    "EXIT_EXPORT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "exit_code",
+    "print_report",
+    "say",
+    "terminal_safe",
+]
+
+EXIT_OK: Final = 0
+EXIT_EXPORT_FAILED: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_INTERRUPTED: Final = 130  # 128 + SIGINT, as shells report it
+
+# A printed message keeps at most this many characters (a span name can be megabytes).
+MAX_PRINTED_CHARS: Final = 1000
+
+
+def terminal_safe(text: str, masker: SecretMasker | None = None) -> str:
+    """Sanitize, mask (URL userinfo redacted) and bound: the discipline for every printed dynamic string.
+
+    Without ``masker``, the command's own (``--pattern`` included) once its options are parsed.
+    """
+    if len(text) > 4 * MAX_PRINTED_CHARS:
+        text = text[: 4 * MAX_PRINTED_CHARS]
+    cleaned = (masker or output_masker()).clean(text)
+    return cleaned if len(cleaned) <= MAX_PRINTED_CHARS else cleaned[: MAX_PRINTED_CHARS - 1] + "…"
+
+
+def say(text: str, masker: SecretMasker | None = None, *, stream: TextIO | None = None) -> None:
+    """One ``rulvar-otel: ...`` line on stderr (a closed stderr is not worth a traceback)."""
+    err = stream if stream is not None else sys.stderr
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        print(f"rulvar-otel: {terminal_safe(text, masker)}", file=err, flush=True)
+
+
+def exit_code(report: ExportReport) -> int:
+    """The command's exit code for ``report``."""
+    if report.failed(FailureKind.CONFIG, FailureKind.INPUT):
+        return EXIT_USAGE
+    if report.failed(FailureKind.DELIVERY, FailureKind.METRICS):
+        return EXIT_EXPORT_FAILED
+    if report.interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _summary(report: ExportReport) -> str:
+    where = " and ".join(report.destinations) or "nowhere"
+    spans = _plural(report.spans, "span")
+    events = _plural(report.events, "event")
+    if len(report.trace_ids) == 1:
+        traces = f"in trace {report.trace_ids[0]}"
+    elif len(report.run_ids) > 1:
+        runs, ids = ", ".join(report.run_ids), ", ".join(report.trace_ids)
+        traces = f"in {len(report.trace_ids)} traces, one per run (runs {runs}; traces {ids})"
+    else:
+        traces = f"in {len(report.trace_ids)} traces"
+    prefix = "interrupted; exported what was read: " if report.interrupted else "exported "
+    return f"{prefix}{spans} from {events} {traces} to {where}"
+
+
+class _StdoutGoneError(Exception):
+    """stdout refused a write (a full disk, /dev/full, a closed pipe)."""
+
+
+def _print_tree(report: ExportReport, masker: SecretMasker, stdout: TextIO | None) -> None:
+    from rich.console import Console
+
+    from rulvar_otel.cli._tree import print_span_tree
+
+    out = stdout if stdout is not None else sys.stdout
+    if out is None:  # fd 1 closed (`>&-`): Python has no sys.stdout at all
+        raise _StdoutGoneError("stdout is closed")
+    console = Console(file=out, highlight=False, soft_wrap=True)
+    try:
+        print_span_tree(list(report.kept_spans), console, masker=masker)
+        out.flush()
+    except (OSError, ValueError) as exc:
+        raise _StdoutGoneError(getattr(exc, "strerror", None) or str(exc)) from None
+
+
+def _silence_stdout() -> None:
+    # Python flushes stdout again at exit and prints a traceback when that fails too.
+    if sys.stdout is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def print_report(
+    report: ExportReport,
+    *,
+    patterns: Sequence[str] = (),
+    tree: bool | None = None,
+    notes_printed: int = 0,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> int:
+    """Print ``report`` (tree, notes, failures, summary) and return the exit code.
+
+    ``tree`` prints the span tree on stdout (``None``: only when every destination is a file);
+    the first ``notes_printed`` notes were printed live already.
+    """
+    masker = compile_secret_masker(patterns or None)
+    code = exit_code(report)
+    want_tree = tree if tree is not None else _no_endpoint(report)
+    if want_tree and report.kept_spans and not report.failed(FailureKind.CONFIG):
+        try:
+            _print_tree(report, masker, stdout)
+            if report.spans > len(report.kept_spans):
+                say(f"the tree shows {len(report.kept_spans)} of {report.spans} spans", masker, stream=stderr)
+        except _StdoutGoneError as exc:
+            if stdout is None:
+                _silence_stdout()
+            say(f"error: cannot write the span tree to stdout: {exc}", masker, stream=stderr)
+            code = max(code, EXIT_EXPORT_FAILED) if code != EXIT_USAGE else code
+    for note in report.notes[notes_printed:]:
+        say(note, masker, stream=stderr)
+    for failure in report.failures:
+        label = "error" if failure.kind in (FailureKind.CONFIG, FailureKind.INPUT) else "export failed"
+        say(f"{label}: {failure.message}", masker, stream=stderr)
+    if report.failed(FailureKind.CONFIG, FailureKind.INPUT, FailureKind.DELIVERY):
+        if report.delivery is not None and report.delivery.written:
+            where = ", ".join(str(p) for p in report.delivery.written)
+            say(f"{where} holds every span that was created", masker, stream=stderr)
+        return code
+    if report.backpressure_waits:
+        waits = _plural(report.backpressure_waits, "time")
+        say(f"waited {waits} for a slow destination", masker, stream=stderr)
+    say(_summary(report), masker, stream=stderr)
+    return code
+
+
+def _no_endpoint(report: ExportReport) -> bool:
+    return all(d.startswith("file ") for d in report.destinations)

@@ -1,0 +1,343 @@
+"""``export_run``: one run's events into every configured destination, reported as data.
+
+One export: open the metrics pipeline (when asked) and the span pipeline, drain the handle's
+events into it and any observers, settle, flush, and return an :class:`ExportReport`. Nothing is
+printed and nothing is raised for bad options, bad input or an unreachable backend: each is an
+:class:`ExportFailure` of a :class:`FailureKind` in the report. The span pipeline is pluggable
+(``pipeline=``, see ``_report.SpanPipeline``); the default is ``_sdk_pipeline``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import FrameType
+from typing import Any
+
+from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome
+from rulvar_otel.core.masking import compile_secret_masker
+from rulvar_otel.errors import ConfigError, RulvarOtelError
+from rulvar_otel.export._logs import SdkLogCapture, clean_text
+from rulvar_otel.export._metrics import MetricsPipeline, build_metrics_delivery
+from rulvar_otel.export._options import ExportOptions
+from rulvar_otel.export._report import (
+    EventObserver,
+    ExportFailure,
+    ExportReport,
+    FailureKind,
+    PipelineFactory,
+    SpanPipeline,
+)
+from rulvar_otel.export._sdk_pipeline import sdk_pipeline
+from rulvar_otel.export._stream import StreamedRun, wire
+from rulvar_otel.export._traces import resolve_service_name
+
+__all__ = ["export_run", "export_run_async"]
+
+
+class _Export:
+    """The steps every driver shares: open the destinations, feed, settle, close, report."""
+
+    def __init__(
+        self,
+        options: ExportOptions,
+        observers: Sequence[EventObserver],
+        on_note: Callable[[str], None] | None,
+        environ: Mapping[str, str] | None,
+        keep_spans: bool,
+        pipeline: PipelineFactory | None = None,
+    ) -> None:
+        self.options = options
+        self.make_pipeline: PipelineFactory = pipeline or sdk_pipeline
+        self.observers = list(observers)
+        self.on_note = on_note
+        self.environ = environ
+        self.keep_spans = keep_spans
+        self.masker = compile_secret_masker(options.patterns or None)
+        self.capture = SdkLogCapture()
+        self.pipeline: SpanPipeline | None = None
+        self.metrics: MetricsPipeline | None = None
+        self.events = 0
+        self.notes: list[str] = []
+        self.failures: list[ExportFailure] = []
+
+    def clean(self, text: str) -> str:
+        return clean_text(text, self.masker)
+
+    def stop_linger(self) -> None:
+        if self.metrics is not None:
+            self.metrics.stop_linger.set()
+
+    def fail(self, kind: FailureKind, text: str) -> None:
+        self.failures.append(ExportFailure(kind, self.clean(text)))
+
+    def note(self, text: str) -> None:
+        safe = self.clean(text)
+        self.notes.append(safe)
+        if self.on_note is not None:
+            try:
+                self.on_note(safe)
+            except Exception:  # noqa: BLE001 - a caller's printer never breaks the export
+                pass
+
+    def open(self) -> bool:
+        try:
+            service = resolve_service_name(self.options, self.environ)
+            self.metrics = build_metrics_delivery(self.options, service_name=service, environ=self.environ)
+            meter = self.metrics.meter if self.metrics is not None else None
+            self.pipeline = self.make_pipeline(
+                self.options,
+                masker=self.masker,
+                meter=meter,
+                environ=self.environ,
+                keep_spans=self.keep_spans,
+            )
+        except ConfigError as exc:
+            if self.metrics is not None:
+                self.metrics.shutdown()
+            self.fail(FailureKind.CONFIG, str(exc))
+            return False
+        if self.metrics is not None and self.metrics.prometheus_url is not None:
+            self.note(f"serving Prometheus metrics on {self.metrics.prometheus_url}")
+        return True
+
+    def feed(self, event: EventLike) -> None:
+        self.events += 1
+        data = wire(event)
+        assert self.pipeline is not None
+        self.pipeline.feed(data)
+        for observer in list(self.observers):
+            try:
+                observer.feed(data)
+            except Exception:  # noqa: BLE001 - an observer's failure never costs a span
+                self.observers.remove(observer)
+
+    def close(
+        self,
+        outcome: RunOutcome | BaseException | None,
+        primary_run_id: str,
+        source_error: BaseException | None,
+        interrupted: bool,
+        settled: RunOutcome | BaseException | None = None,
+    ) -> ExportReport:
+        """Settle, flush and report. ``outcome`` is the handle's own (``None``: each run settles
+        from its stream); ``settled`` is how the run settled as observers and the report see it."""
+        assert self.pipeline is not None
+        spans = self.pipeline.finish(outcome, primary_run_id)
+        if settled is None:
+            settled = outcome
+        for observer in self.observers:
+            try:
+                observer.finish(settled)
+            except Exception:  # noqa: BLE001
+                pass
+        if source_error is not None:
+            self.fail(FailureKind.INPUT, _describe_source_error(source_error))
+        elif self.events == 0 and not interrupted:
+            self.fail(FailureKind.INPUT, "the stream held no events")
+        input_ok = not self.failed(FailureKind.INPUT) and self.events > 0
+        delivery = self.pipeline.close(keep_output=input_ok)
+        for problem in delivery.problems():
+            self.fail(FailureKind.DELIVERY, self._with_sdk_error(problem))
+        if self.metrics is not None:
+            if self.metrics.linger_s > 0 and self.metrics.prometheus_url is not None:
+                self.note(f"keeping {self.metrics.prometheus_url} up for {self.metrics.linger_s:g} s")
+            try:
+                self.metrics.shutdown()
+            except Exception as exc:  # noqa: BLE001 - metrics never hide the trace result
+                self.fail(FailureKind.METRICS, f"metrics export failed: {type(exc).__name__}")
+            for problem in self.metrics.problems:
+                self.fail(FailureKind.METRICS, self._with_sdk_error(problem))
+        quoted = self.failed(FailureKind.DELIVERY)
+        notes = [*self.notes, *self.capture.notes(self.clean, quoted=quoted)]
+        return ExportReport(
+            events=self.events,
+            spans=delivery.spans_ended if spans == 0 else spans,
+            run_ids=tuple(self.clean(r) for r in self.pipeline.run_ids),
+            trace_ids=self.pipeline.trace_ids,
+            failures=tuple(self.failures),
+            delivery=delivery,
+            outcome=settled,
+            interrupted=interrupted,
+            destinations=tuple(self.clean(t.target) for t in delivery.targets),
+            prometheus_url=self.metrics.prometheus_url if self.metrics is not None else None,
+            notes=tuple(notes),
+            backpressure_waits=self.pipeline.backpressure_waits,
+            kept_spans=self.pipeline.kept_spans,
+        )
+
+    def failed(self, kind: FailureKind) -> bool:
+        return any(f.kind is kind for f in self.failures)
+
+    def _with_sdk_error(self, problem: str) -> str:
+        # The tracked exporters know how many spans were missed; the SDK's log knows why.
+        detail = self.capture.describe()
+        if detail and ": " not in problem.split(" to ", 1)[-1]:
+            return f"{problem}: {detail}"
+        return problem
+
+    def report_only(self) -> ExportReport:
+        return ExportReport(failures=tuple(self.failures), notes=tuple(self.notes))
+
+
+def _describe_source_error(exc: BaseException) -> str:
+    if isinstance(exc, RulvarOtelError):
+        return str(exc)
+    if isinstance(exc, OSError):
+        return f"cannot read the event stream: {exc.strerror or exc}"
+    return f"the event stream failed ({type(exc).__name__})"
+
+
+async def export_run_async(
+    handle: RunHandle,
+    options: ExportOptions,
+    *,
+    observers: Sequence[EventObserver] = (),
+    on_note: Callable[[str], None] | None = None,
+    keep_spans: bool = False,
+    environ: Mapping[str, str] | None = None,
+    pipeline: PipelineFactory | None = None,
+) -> ExportReport:
+    """Export one run end to end from async code; see :func:`export_run`.
+
+    Cancelling the calling task (Ctrl-C under ``asyncio.run``) stops reading: what was read is
+    exported and the report says ``interrupted``.
+    """
+    export = _Export(options, observers, on_note, environ, keep_spans, pipeline)
+    with export.capture:
+        if not export.open():
+            return export.report_only()
+        source_error: BaseException | None = None
+        interrupted = False
+        try:
+            async for event in handle.events:
+                export.feed(event)
+        except asyncio.CancelledError:
+            interrupted = True
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+        except Exception as exc:  # noqa: BLE001 - reported as an input failure
+            source_error = exc
+        outcome: RunOutcome | BaseException | None = None
+        settled: RunOutcome | BaseException | None = None
+        if isinstance(handle, StreamedRun):
+            outcome, settled = handle.given_outcome, handle.outcome_now()
+        elif not interrupted and source_error is None:
+            try:
+                outcome = await handle.result
+            except asyncio.CancelledError:
+                interrupted = True
+            except Exception as exc:  # noqa: BLE001 - a rejected result is a fact of the run
+                outcome = exc
+        primary = _run_id(handle)
+        # Flushing can block for up to one export timeout; keep the event loop free meanwhile.
+        try:
+            return await asyncio.to_thread(export.close, outcome, primary, source_error, interrupted, settled)
+        except asyncio.CancelledError:
+            export.stop_linger()
+            raise
+
+
+def _run_id(handle: RunHandle) -> str:
+    try:
+        return handle.run_id or ""
+    except Exception:  # noqa: BLE001 - a handle that cannot name its run still exports
+        return ""
+
+
+class _Interrupt:
+    """SIGINT during a synchronous export: the first stops reading (a blocked read included).
+
+    A first Ctrl-C while an event is being mapped lets that event finish; while the source is
+    read, it ends the read at once. Either way what was read is exported. A second Ctrl-C
+    raises ``KeyboardInterrupt`` as usual.
+    """
+
+    def __init__(self, export: _Export) -> None:
+        self.requested = False
+        self.reading = False
+        self._export = export
+        self._previous: Any = None
+        self._installed = False
+
+    def handler(self, signum: int, frame: FrameType | None) -> None:
+        already = self.requested
+        self.requested = True
+        self._export.stop_linger()
+        if already or self.reading:
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> _Interrupt:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self.handler)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def _drain_sync(
+    export: _Export, interrupt: _Interrupt, events: Iterator[EventLike]
+) -> tuple[BaseException | None, bool]:
+    first_interrupt = False
+    while not interrupt.requested:
+        interrupt.reading = True
+        try:
+            event = next(events)
+        except StopIteration:
+            break
+        except KeyboardInterrupt:
+            first_interrupt = True
+            break
+        except Exception as exc:  # noqa: BLE001 - reported as an input failure
+            return exc, False
+        finally:
+            interrupt.reading = False
+        export.feed(event)
+    return None, first_interrupt or interrupt.requested
+
+
+def export_run(
+    handle: RunHandle,
+    options: ExportOptions,
+    *,
+    observers: Sequence[EventObserver] = (),
+    on_note: Callable[[str], None] | None = None,
+    keep_spans: bool = False,
+    environ: Mapping[str, str] | None = None,
+    pipeline: PipelineFactory | None = None,
+) -> ExportReport:
+    """Export one run end to end: destinations, spans (and metrics), flush, report.
+
+    ``observers`` see every event and the outcome (a progress view); ``on_note`` receives
+    status lines as they happen (the Prometheus address, say); ``keep_spans`` keeps ended spans
+    in the report (every root, a bounded number of others) for a terminal tree; ``pipeline``
+    replaces the default SDK span pipeline (:func:`sdk_pipeline`). Never raises
+    for bad options, bad input or an unreachable backend: see :attr:`ExportReport.failures`.
+    A :class:`StreamedRun` over a plain iterable is drained without an event loop, so the first
+    Ctrl-C ends even a blocked read; the report then says ``interrupted``.
+    """
+    if isinstance(handle, StreamedRun) and handle.is_sync:
+        export = _Export(options, observers, on_note, environ, keep_spans, pipeline)
+        with export.capture, _Interrupt(export) as interrupt:
+            if not export.open():
+                return export.report_only()
+            source_error, interrupted = _drain_sync(export, interrupt, handle.iter_sync())
+            settled = handle.outcome_now()
+            return export.close(handle.given_outcome, handle.run_id, source_error, interrupted, settled)
+    return asyncio.run(
+        export_run_async(
+            handle,
+            options,
+            observers=observers,
+            on_note=on_note,
+            keep_spans=keep_spans,
+            environ=environ,
+            pipeline=pipeline,
+        )
+    )
