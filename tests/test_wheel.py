@@ -134,6 +134,18 @@ def test_the_installed_command_writes_every_asset_byte_for_byte(
     listing = run_installed(bindir, "assets", "list", cwd=tmp_path)
     assert [line.split("  ")[0] for line in listing.stdout.splitlines()] == sorted(sources)
 
+    # The written pipeline works where it was written: Prometheus's config and rule files check,
+    # and the alert rules pass their promtool unit tests.
+    from tests.test_alerts import require_tool
+
+    promtool = require_tool("promtool")
+    prometheus = out / "collector_config" / "prometheus"
+    for args in (["check", "config", "prometheus.yml"], ["test", "rules", "alerts_test.yml"]):
+        checked = subprocess.run(
+            [promtool, *args], cwd=prometheus, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+
 
 def test_the_installed_command_refuses_to_overwrite_a_changed_file(
     installed: tuple[Path, Path], tmp_path: Path
