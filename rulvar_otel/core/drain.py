@@ -141,7 +141,7 @@ async def drain(handle: RunHandle, *sinks: Sink) -> Drained:
                     _log.debug("rulvar_otel: a sink failed on event %s", count, exc_info=True)
     except Exception as exc:  # noqa: BLE001 - a broken source ends the stream, not the host
         source_error = exc
-        _log.warning("rulvar_otel: the event stream failed: %s", type(exc).__name__)
+        _log.warning("the event stream failed: %s", type(exc).__name__)
     outcome: RunOutcome | BaseException
     try:
         outcome = await handle.result
@@ -177,7 +177,7 @@ def drain_events(events: Iterable[EventLike], *sinks: Sink, outcome: Outcome = N
                     _log.debug("rulvar_otel: a sink failed on event %s", count, exc_info=True)
     except Exception as exc:  # noqa: BLE001
         source_error = exc
-        _log.warning("rulvar_otel: the event stream failed: %s", type(exc).__name__)
+        _log.warning("the event stream failed: %s", type(exc).__name__)
     settled: RunOutcome | BaseException = (
         outcome if outcome is not None else outcome_from_run_end(last_run_end)
     )
