@@ -992,3 +992,15 @@ def test_a_stranded_span_opened_before_any_run_is_still_ended_after_later_segmen
     assert len(result.ended) == len(result.spans) == 4
     stranded = only(result, "agent w loop")
     assert stranded.end_time == t(5) and (stranded.attributes or {})[sc.END_INFERRED] is True
+
+
+def test_a_huge_numeric_array_fact_keeps_only_its_first_items() -> None:
+    from rulvar_otel.otel._attributes import MAX_ARRAY_ITEMS, event_attributes
+
+    attrs = event_attributes(
+        {"type": "custom:thing", "seq": 3, "ts": "2026-01-01T00:00:00Z", "samples": list(range(100_000))},
+        lambda s: s,
+    )
+    exported = attrs["rulvar.event.samples"]
+    assert isinstance(exported, tuple)
+    assert exported == tuple(range(MAX_ARRAY_ITEMS))

@@ -111,6 +111,9 @@ def compact_json(value: object) -> str:
 
 _NUMBER_TYPES: Final = frozenset({int, float})
 _SCALAR_TYPES: Final = frozenset({int, float, bool})
+# A numeric array fact keeps at most this many items: the SDK bounds string lengths but not array
+# lengths, and a 100k-item array would cost megabytes per span event (docs/otel-mapping.md#limits).
+MAX_ARRAY_ITEMS: Final = 256
 # usage field -> the convention's name (invocation spans, agents without invocations), and the
 # rulvar.* name an agent span with invocation children carries its totals under instead.
 _USAGE_FIELDS: Final = (
@@ -336,7 +339,7 @@ def event_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
                 if isinstance(retryable := err.get("retryable"), bool):
                     out[sc.EVENT_FIELD_PREFIX + "error_retryable"] = retryable
         elif isinstance(value, list) and value:
-            items: list[Any] = value  # pyright: ignore[reportUnknownVariableType]
+            items: list[Any] = value[:MAX_ARRAY_ITEMS]  # pyright: ignore[reportUnknownVariableType]
             if all(_is_int(item) for item in items):
                 out[key] = tuple(items)
             elif all(_is_number(item) for item in items):
