@@ -1,0 +1,488 @@
+"""The fold machinery behind the metric registry: the per-run state and the fold functions.
+
+Owns :class:`FoldState` (what one run's folds remember between events), the fold functions the
+registry's definitions name, and the attribute builders several folds share per event. The
+definitions themselves (names, kinds, units, attributes, buckets, which fold records what) are the
+declarative table in :mod:`rulvar_otel.otel.metrics.registry`, the one place they are read from.
+
+A fold is a pure function of the per-run :class:`FoldState` and one wire-form event (or, for the
+per-run metrics, of the state at the end of the run) returning ``(value, attribute values)``
+observations, the values in the order of the definition's attributes (so no fold can add an
+undeclared key). Folds never see replayed events (``replayed: true`` restates history a live
+export already counted) and never put ``run_id`` or another unbounded value into an attribute;
+the recorder masks every string attribute value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeAlias, TypeVar
+
+from rulvar_otel.core.handle import RunOutcome
+from rulvar_otel.core.lifecycle import AgentLifecycle
+from rulvar_otel.core.masking import SecretMasker
+from rulvar_otel.core.wire import as_number as _num
+from rulvar_otel.core.wire import ts_ns as _ts
+from rulvar_otel.otel._attributes import provider_name
+
+__all__ = [
+    "ADVANCE_TYPES",
+    "NONE",
+    "QUOTA_EXHAUSTED_CODE",
+    "UNKNOWN",
+    "AttrValue",
+    "Fold",
+    "FoldState",
+    "Observation",
+    "fold_abandoned",
+    "fold_agent_duration",
+    "fold_agent_errors",
+    "fold_agent_invocations",
+    "fold_determinism",
+    "fold_escalations",
+    "fold_exposure_waits",
+    "fold_invocation_duration",
+    "fold_invocation_tokens",
+    "fold_ledger_ops",
+    "fold_ledger_ops_per_spawn",
+    "fold_net_lost",
+    "fold_orchestrator_share",
+    "fold_quota_denials",
+    "fold_reclaimed",
+    "fold_render_size",
+    "fold_run_cost",
+    "fold_run_duration",
+    "fold_runs_settled",
+    "fold_spawns_admitted",
+    "fold_spawns_rejected",
+    "fold_spend",
+    "fold_tool_calls",
+    "fold_tool_duration",
+]
+
+_T = TypeVar("_T")
+
+AttrValue: TypeAlias = str | bool
+# (value, attribute values in the order of the definition's `attributes`; None: absent)
+Observation: TypeAlias = tuple[float, tuple[AttrValue | None, ...]]
+Fold: TypeAlias = Callable[["FoldState", Mapping[str, Any]], Sequence[Observation]]
+
+UNKNOWN: Final = "unknown"
+NONE: Final = "none"
+
+
+# --- per-run fold state -----------------------------------------------------------------------
+
+
+# The helpers below run for every observed event: exact-type checks first (parsed JSON only
+# holds plain str, int, float and dict), the general isinstance checks second.
+
+
+def _str(value: Any, default: str = UNKNOWN) -> str:
+    if value.__class__ is str:
+        return value or default  # type: ignore[no-any-return]
+    return value if isinstance(value, str) and value != "" else default
+
+
+def _seconds(start: int, end: int) -> float:
+    # Integer nanoseconds subtract exactly; only the difference becomes a float.
+    return max((end - start) / 1e9, 0.0)
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    if value.__class__ is dict:
+        return value  # type: ignore[no-any-return]
+    return value if isinstance(value, Mapping) else {}
+
+
+# Event types FoldState.advance reads; together with the definitions' `on` types they are all the
+# recorder ever looks at (anything else is skipped after one dict lookup).
+ADVANCE_TYPES: Final = frozenset(
+    {
+        "run:start", "run:end", "agent:start", "agent:end", "spawn:admitted", "ledger:op",
+        "node:linked", "orchestrator:budget", "orchestrator:woke",
+    }
+)  # fmt: skip
+
+
+@dataclass(slots=True)
+class FoldState:
+    """What one run's folds remember between events. Bounded by the run's own size."""
+
+    masker: SecretMasker
+    workflow: str = UNKNOWN
+    run_start_ts: int | None = None
+    agents: AgentLifecycle = field(default_factory=AgentLifecycle)
+    task_agent_type: dict[str, str] = field(default_factory=dict)  # logicalTaskId -> agentType
+    ledger_ops: int = 0
+    spawns_admitted: int = 0
+    reclaimed_usd: float = 0.0
+    orchestrated: bool = False
+    last_budget_share: float | None = None
+    last_run_end: Mapping[str, Any] | None = None
+    terminal_recorded: bool = False
+    outcome: RunOutcome | BaseException | None = None
+    # The attribute tuple several definitions read from one event, built once for that event
+    # (holding the event also keeps its id from being reused by the next one). `advance` drops
+    # it: the same object observed again later must be read against the state of that time.
+    _shared_event: object = None
+    _shared_build: object = None
+    _shared_value: Any = None
+
+    def shared(self, event: Mapping[str, Any], build: Callable[[FoldState, Mapping[str, Any]], _T]) -> _T:
+        """``build(self, event)``, computed once per event however many folds ask for it."""
+        if self._shared_event is not event or self._shared_build is not build:
+            self._shared_value = build(self, event)
+            self._shared_event = event
+            self._shared_build = build
+        return self._shared_value  # type: ignore[no-any-return]
+
+    def model(self, value: Any) -> tuple[str, str]:
+        """``(gen_ai.request.model, gen_ai.provider.name)`` of a model ref, as the spans carry them.
+
+        The model id after the adapter prefix and the adapter's well-known provider name (else the
+        adapter id), both split from the *masked* ref so a credential cannot leak through the
+        split; a ref without a prefix is the model itself, provider ``unknown``.
+        """
+        ref = self.masker.clean(_str(value))
+        adapter, colon, model_id = ref.partition(":")
+        if not colon:
+            return ref, UNKNOWN
+        return model_id or UNKNOWN, provider_name(adapter) if adapter else UNKNOWN
+
+    def advance(self, event: Mapping[str, Any]) -> None:
+        """Move the state past one live event (called after that event's folds ran)."""
+        self._shared_event = None
+        kind = event.get("type")
+        if kind == "run:start":
+            self.workflow = _str(event.get("workflow"), self.workflow)
+            self.run_start_ts = _ts(event.get("ts"))
+        elif kind == "agent:start":
+            self.agents.start(event)
+            if event.get("role") == "orchestrate":
+                self.orchestrated = True
+        elif kind == "agent:end":
+            self.agents.end(event)
+        elif kind == "spawn:admitted":
+            self.spawns_admitted += 1
+            task = event.get("logicalTaskId")
+            if isinstance(task, str):
+                self.task_agent_type[task] = _agent_type(event)
+        elif kind == "ledger:op":
+            self.ledger_ops += 1
+        elif kind == "node:linked":
+            self.reclaimed_usd += max(_num(event.get("reclaimedUsd")) or 0.0, 0.0)
+        elif kind == "orchestrator:budget":
+            self.orchestrated = True
+            share = _num(event.get("orchestratorShare"))
+            if share is not None:
+                self.last_budget_share = share
+        elif kind == "orchestrator:woke":
+            self.orchestrated = True
+        elif kind == "run:end":
+            self.last_run_end = event
+            self.terminal_recorded = True
+            envelope = _mapping(event.get("envelope"))
+            self.workflow = _str(envelope.get("workflow"), self.workflow)
+
+    # --- values the per-run folds share ---
+
+    def cost_report(self) -> Mapping[str, Any]:
+        if isinstance(self.outcome, RunOutcome):
+            return _mapping(self.outcome.cost)
+        return {}
+
+    def abandoned_usd(self) -> float | None:
+        """CostReport ``abandoned.usd``; without a report, the envelope's gross minus net."""
+        report = self.cost_report()
+        usd = _num(_mapping(report.get("abandoned")).get("usd"))
+        if usd is not None:
+            return max(usd, 0.0)
+        envelope: Mapping[str, Any] = {}
+        if isinstance(self.outcome, RunOutcome):
+            envelope = _mapping(self.outcome.envelope)
+        if not envelope and self.last_run_end is not None:
+            envelope = _mapping(self.last_run_end.get("envelope"))
+        gross, net = _num(envelope.get("grossUsd")), _num(envelope.get("totalUsd"))
+        if gross is None or net is None:
+            return None
+        return max(gross - net, 0.0)
+
+
+def _agent_type(event: Mapping[str, Any]) -> str:
+    return _str(event.get("agentType"))
+
+
+def _workflow(state: FoldState, event: Mapping[str, Any]) -> str:
+    if event.get("type") == "run:end":
+        return _str(_mapping(event.get("envelope")).get("workflow"), state.workflow)
+    return state.workflow
+
+
+# --- folds ------------------------------------------------------------------------------------
+#
+# Each observation's attribute values are a tuple in the order of the definition's `attributes`
+# (None: the attribute is absent), so a fold cannot add an undeclared key and the recorder can
+# use the tuple itself as the key of its per-attribute-set caches.
+
+
+def _run_terminal(event: Mapping[str, Any]) -> tuple[str, str, bool]:
+    status = _str(event.get("status"))
+    completion = _str(event.get("completion"), NONE)
+    return status, completion, event.get("settled") is not False
+
+
+def _settled_reason(event: Mapping[str, Any], settled: bool) -> str:
+    # Bounded: the one reason the catalog defines, "other" for any other text.
+    reason = event.get("settledReason")
+    if settled or not isinstance(reason, str) or not reason:
+        return NONE
+    return reason if reason == "superseded" else "other"
+
+
+def fold_runs_settled(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    if event.get("type") == "run:end":
+        status, completion, settled = _run_terminal(event)
+        workflow = _workflow(state, event)
+        reason = _settled_reason(event, settled)
+    else:
+        # No run:end on the stream (a truncated stream): the known outcome settles the run.
+        if state.terminal_recorded or not isinstance(state.outcome, RunOutcome):
+            return ()
+        status = _str(state.outcome.status)
+        completion = _str(state.outcome.completion, NONE)
+        settled, reason = True, NONE
+        workflow = _str(_mapping(state.outcome.envelope).get("workflow"), state.workflow)
+    return ((1, (workflow, status, completion, settled, reason)),)
+
+
+def fold_run_duration(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    end = _ts(event.get("ts"))
+    if end is None or state.run_start_ts is None:
+        return ()
+    status, _, _ = _run_terminal(event)
+    return ((_seconds(state.run_start_ts, end), (_workflow(state, event), status)),)
+
+
+def fold_run_cost(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    usd = _num(event.get("totalUsd"))
+    if usd is None:
+        usd = _num(_mapping(event.get("envelope")).get("totalUsd"))
+    if usd is None or usd < 0:
+        return ()
+    status, _, _ = _run_terminal(event)
+    return ((usd, (_workflow(state, event), status)),)
+
+
+def _build_phase_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    model, provider = state.model(event.get("model"))
+    return state.workflow, model, provider, _str(event.get("role"))
+
+
+def _phase_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    return state.shared(event, _build_phase_attrs)
+
+
+def fold_invocation_tokens(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    usage = _mapping(event.get("usage"))
+    base = _phase_attrs(state, event)
+    out: list[Observation] = []
+    for token_type, key in (("input", "inputTokens"), ("output", "outputTokens")):
+        tokens = _num(usage.get(key))
+        if tokens is not None and tokens >= 0:
+            out.append((tokens, (*base, token_type)))
+    return out
+
+
+def fold_invocation_duration(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    millis = _num(event.get("durationMs"))
+    if millis is None or millis < 0:
+        return ()
+    # The phase event names no error class; the convention's fallback value says so.
+    error = None if event.get("outcome") in ("ok", None) else "_OTHER"
+    return ((millis / 1000.0, (*_phase_attrs(state, event), error)),)
+
+
+def fold_spend(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    usd = _num(event.get("costUsd"))
+    if usd is None or usd < 0:
+        return ()
+    return ((usd, _phase_attrs(state, event)),)
+
+
+def _build_agent_end_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    span = state.agents.get(event.get("spanId"))
+    return (
+        state.workflow,
+        _agent_type(event),
+        _str(event.get("status")),
+        state.model(span.model)[0] if span is not None else UNKNOWN,
+    )
+
+
+def _agent_end_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    return state.shared(event, _build_agent_end_attrs)
+
+
+def fold_agent_invocations(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    return ((1, _agent_end_attrs(state, event)),)
+
+
+def fold_agent_duration(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    span = state.agents.get(event.get("spanId"))
+    end = _ts(event.get("ts"))
+    if span is None or span.start_ns is None or end is None:
+        return ()
+    return ((_seconds(span.start_ns, end), _agent_end_attrs(state, event)),)
+
+
+# The code of the error the engine raises when the quota limiter denied a call more times than
+# its denial budget allows: the one agent:error that ends a run of quota denials.
+QUOTA_EXHAUSTED_CODE: Final = "quota_exhausted"
+
+
+def _error_class(state: FoldState, event: Mapping[str, Any]) -> str:
+    """Classify an agent:error so throttling is never read as failure.
+
+    ``quota_throttle``: the legacy twin of a healthy quota wait (the limiter's error that will
+    retry). ``quota_exhausted``: the engine's exhaustion error, the terminal error that ends a
+    run of quota denials (code ``quota_exhausted``, or the limiter's own error without a retry).
+    ``error``: every other failure, also one that follows a denial on the same span: an
+    ``invalid_request`` after a healthy wait is a real failure, not exhaustion.
+    """
+    error = _mapping(event.get("error"))
+    from_limiter = _mapping(error.get("data")).get("source") == "quota-limiter"
+    will_retry = event.get("willRetry") is True
+    if from_limiter and will_retry:
+        return "quota_throttle"
+    if not will_retry and (from_limiter or error.get("code") == QUOTA_EXHAUSTED_CODE):
+        return "quota_exhausted"
+    return "error"
+
+
+def fold_agent_errors(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    error = _mapping(event.get("error"))
+    return (
+        (
+            1,
+            (
+                state.workflow,
+                _agent_type(event),
+                _str(error.get("code")),
+                event.get("willRetry") is True,
+                _error_class(state, event),
+            ),
+        ),
+    )
+
+
+def _build_tool_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str, str, str]:
+    return (
+        state.workflow,
+        _str(event.get("toolName")),
+        _str(event.get("outcome")),
+        _str(event.get("guard"), NONE),
+        _str(event.get("decidedBy"), NONE),
+    )
+
+
+def fold_tool_calls(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    return ((1, state.shared(event, _build_tool_attrs)),)
+
+
+def fold_tool_duration(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    millis = _num(event.get("durationMs"))
+    if millis is None or millis < 0:
+        return ()
+    return ((millis / 1000.0, state.shared(event, _build_tool_attrs)),)
+
+
+def _quota_dimension(reason: Any) -> str:
+    # The limiter names the window it denied ('tokensPerMinute 1800000 exhausted'); only its
+    # dimension is bounded enough to be a label.
+    text = reason.lower() if isinstance(reason, str) else ""
+    if "token" in text:
+        return "tokens"
+    if "request" in text:
+        return "requests"
+    return UNKNOWN
+
+
+def fold_quota_denials(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    model, provider = state.model(event.get("model"))
+    return ((1, (state.workflow, model, provider, _quota_dimension(event.get("reason")))),)
+
+
+def fold_exposure_waits(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    return (
+        (
+            1,
+            (
+                state.workflow,
+                _str(event.get("scope")),
+                event.get("willWait") is True,
+                state.model(event.get("model"))[0],
+            ),
+        ),
+    )
+
+
+def fold_spawns_admitted(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    return ((1, (state.workflow, _str(event.get("verdict")), _agent_type(event))),)
+
+
+def fold_spawns_rejected(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    return ((1, (state.workflow, _str(event.get("code")), _agent_type(event))),)
+
+
+def fold_determinism(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    return ((1, (state.workflow, _str(event.get("category")), _str(event.get("provenance")))),)
+
+
+def fold_ledger_ops(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    return ((1, (state.workflow, _str(event.get("op")))),)
+
+
+def fold_ledger_ops_per_spawn(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    if state.spawns_admitted == 0:
+        return ()  # undefined without a spawn; a zero would read as "spawns wrote nothing"
+    return ((state.ledger_ops / state.spawns_admitted, (state.workflow,)),)
+
+
+def fold_render_size(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    size = _num(event.get("renderSize"))
+    if size is None or size < 0:
+        return ()
+    return ((size, (state.workflow,)),)
+
+
+def fold_escalations(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    task = event.get("logicalTaskId")
+    agent_type = state.task_agent_type.get(task, UNKNOWN) if isinstance(task, str) else UNKNOWN
+    return ((1, (state.workflow, agent_type, _str(event.get("kind")))),)
+
+
+def fold_orchestrator_share(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    orchestrator = _mapping(state.cost_report().get("orchestrator"))
+    share = _num(orchestrator.get("share"))
+    spent = _num(orchestrator.get("spentUsd")) or 0.0
+    if share is not None and (state.orchestrated or spent > 0):
+        return ((share, (state.workflow, "cost_report")),)
+    if state.orchestrated and state.last_budget_share is not None:
+        return ((state.last_budget_share, (state.workflow, "orchestrator_budget")),)
+    return ()
+
+
+def fold_abandoned(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    usd = state.abandoned_usd()
+    return () if usd is None else ((usd, (state.workflow,)),)
+
+
+def fold_reclaimed(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    return ((state.reclaimed_usd, (state.workflow,)),)
+
+
+def fold_net_lost(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+    usd = state.abandoned_usd()
+    return () if usd is None else ((usd - state.reclaimed_usd, (state.workflow,)),)
