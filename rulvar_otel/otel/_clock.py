@@ -9,12 +9,13 @@ event's position and ``seq`` (never its value). See docs/otel-mapping.md#timesta
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any, Final
 
 from rulvar_otel.core.wire import ts_ns as parse_ts_ns
 
-__all__ = ["MAX_OTLP_NS", "EventClock"]
+__all__ = ["MAX_OTLP_NS", "EventClock", "export_time_ns"]
 
 _log = logging.getLogger("rulvar_otel")
 
@@ -84,3 +85,9 @@ class EventClock:
                 self.bad,
                 _WARNINGS,
             )
+
+
+def export_time_ns(untimed: int) -> int:
+    """The last resort for a stream with no usable ts at all: the time of export, said aloud."""
+    _log.warning("%d events arrived without any usable ts; they are stamped with the export time", untimed)
+    return time.time_ns()

@@ -1,0 +1,75 @@
+"""Stateless helpers of the span mapper: the masking memo, tracer and key checks, closer messages.
+
+Nothing here knows which spans are open; :class:`~rulvar_otel.otel._mapper.SpanMapper` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.trace import NoOpTracer, Tracer
+
+__all__ = [
+    "SETTLEMENT_FAILED_MESSAGE",
+    "SUPERSEDED_MESSAGE",
+    "MaskMemo",
+    "hashable",
+    "ignore_event",
+    "reads_identity",
+    "unsettled_message",
+]
+
+SETTLEMENT_FAILED_MESSAGE: Final = (
+    "settlement failed: nothing durable records this terminal; resume re-settles"
+)
+SUPERSEDED_MESSAGE: Final = "superseded: a successor owns settlement; this stale terminal is withheld"
+# Bound on the per-export memo of masked strings (ids, names and statuses repeat in every event).
+_MASK_MEMO_LIMIT: Final = 8192
+
+
+def unsettled_message(run_end: Mapping[str, Any]) -> str:
+    """The status message of a run:end that did not settle."""
+    if run_end.get("settledReason") == "superseded":
+        return SUPERSEDED_MESSAGE
+    return SETTLEMENT_FAILED_MESSAGE
+
+
+def reads_identity(tracer: Tracer) -> bool:
+    """Whether span ids may come from :data:`SPAN_IDENTITY`: false only where that is certain.
+
+    No-op tracers make no ids, and the SDK's tracer keeps the id generator its provider had; the
+    stock random one never reads the variable. Any other tracer (a proxy, a wrapper, another
+    generator) gets the variable set, as ``RulvarIdGenerator`` needs.
+    """
+    if isinstance(tracer, NoOpTracer):
+        return False
+    return type(getattr(tracer, "id_generator", None)) is not RandomIdGenerator
+
+
+class MaskMemo(dict[str, str]):
+    """``mask`` behind a dict: a repeated string costs one C-level lookup (``__getitem__``), and
+    only a new one reaches the masker (``__missing__``)."""
+
+    __slots__ = ("_masker",)
+
+    def __init__(self, mask: Callable[[str], str]) -> None:
+        super().__init__()
+        self._masker = mask
+
+    def __missing__(self, text: str) -> str:
+        out = self._masker(text)
+        if len(self) >= _MASK_MEMO_LIMIT:
+            self.clear()
+        self[text] = out
+        return out
+
+
+def hashable(value: object) -> object:
+    """``value`` as a dict key part: scalars as they are, anything else by its repr."""
+    return value if isinstance(value, str | int | float | bool) or value is None else repr(value)
+
+
+def ignore_event(event: Mapping[str, Any], ns: int) -> None:
+    """Stream deltas are content: they never become span events."""
