@@ -1004,3 +1004,11 @@ def test_a_huge_numeric_array_fact_keeps_only_its_first_items() -> None:
     exported = attrs["rulvar.event.samples"]
     assert isinstance(exported, tuple)
     assert exported == tuple(range(MAX_ARRAY_ITEMS))
+
+
+@pytest.mark.parametrize("huge", [2**63, -(2**63) - 1, 10**400])
+def test_an_integer_wider_than_int64_is_no_attribute_and_loses_no_span(huge: int) -> None:
+    from rulvar_otel.otel._attributes import event_attributes
+
+    attrs = event_attributes({"type": "custom:thing", "seq": huge, "status": huge, "counts": [1, huge]}, str)
+    assert attrs == {}

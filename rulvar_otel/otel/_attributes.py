@@ -20,6 +20,8 @@ from rulvar_otel.core.wire import ENVELOPE_FIELDS
 from rulvar_otel.otel import semconv as sc
 
 __all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
     "AttrValue",
     "Masker",
     "agent_close_attributes",
@@ -85,12 +87,18 @@ def _plan_shape(shape: tuple[str, ...], determinism: bool) -> tuple[tuple[str, s
     return plan
 
 
+# OTLP carries integers as int64: a wider one makes the encoder refuse the whole batch, so it is
+# not an attribute value at all.
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
+
+
 def _is_int(value: object) -> TypeGuard[int]:
-    return type(value) is int
+    return type(value) is int and INT64_MIN <= value <= INT64_MAX
 
 
 def _is_number(value: object) -> TypeGuard[int | float]:
-    return (type(value) is int) or (type(value) is float)
+    return type(value) is float or (type(value) is int and INT64_MIN <= value <= INT64_MAX)
 
 
 def text(value: object, mask: Masker) -> str:
@@ -109,7 +117,6 @@ def compact_json(value: object) -> str:
     return orjson.dumps(value).decode()
 
 
-_NUMBER_TYPES: Final = frozenset({int, float})
 _SCALAR_TYPES: Final = frozenset({int, float, bool})
 # A numeric array fact keeps at most this many items: the SDK bounds string lengths but not array
 # lengths, and a 100k-item array would cost megabytes per span event (docs/otel-mapping.md#limits).
@@ -140,7 +147,7 @@ def _add_usage(out: Attrs, usage: object, fields: tuple[tuple[str, str], ...] = 
     get = u.get
     for field, key in fields:
         value: Any = get(field)
-        if type(value) in _NUMBER_TYPES:
+        if _is_number(value):
             out[key] = value
 
 
@@ -306,7 +313,7 @@ def event_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
     """Attributes of a payload-only event become span-event attributes (content excluded)."""
     out: Attrs = {}
     seq = event.get("seq")
-    if type(seq) is int or type(seq) is float:
+    if _is_number(seq):
         out[sc.ENTRY_SEQ] = seq
     determinism = event.get("type") == "determinism:warning"
     if determinism:
@@ -328,7 +335,8 @@ def event_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
         value = event[field]
         kind = type(value)
         if kind in _SCALAR_TYPES:
-            out[key] = value
+            if kind is not int or INT64_MIN <= value <= INT64_MAX:
+                out[key] = value
         elif kind is str or isinstance(value, str):
             out[key] = mask(value)
         elif field == "error":

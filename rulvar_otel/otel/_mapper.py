@@ -24,6 +24,7 @@ from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import SecretMasker
 from rulvar_otel.otel import _attributes as ax
 from rulvar_otel.otel import semconv as sc
+from rulvar_otel.otel._attributes import INT64_MAX, INT64_MIN
 from rulvar_otel.otel._clock import EventClock, export_time_ns
 from rulvar_otel.otel._end_inference import end_unclosed, mark_segment_leftovers
 from rulvar_otel.otel._mapper_helpers import (
@@ -221,13 +222,13 @@ class SpanMapper:
         run_id = self._masked_run_id
         seq = event.get("seq")
         attrs: dict[str, ax.AttrValue]
-        if run_id is not None and type(seq) is int:
+        if run_id is not None and type(seq) is int and INT64_MIN <= seq <= INT64_MAX:
             attrs = {sc.RUN_ID: run_id, sc.ENTRY_SEQ: seq}  # the usual envelope, in one step
         else:
             attrs = {}
             if run_id is not None:
                 attrs[sc.RUN_ID] = run_id
-            if type(seq) is int or type(seq) is float:
+            if type(seq) is float or (type(seq) is int and INT64_MIN <= seq <= INT64_MAX):
                 attrs[sc.ENTRY_SEQ] = seq
         scope = event.get("scope")
         if isinstance(scope, str):
