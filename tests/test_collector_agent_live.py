@@ -115,17 +115,25 @@ def _events(events: list[tuple[str, dict[str, Any]]]) -> list[str]:
     return sorted(json.dumps([name, attributes], sort_keys=True) for name, attributes in events)
 
 
+def _settling(span: JaegerSpan) -> bool:
+    """Jaeger's query-time adjuster saw a parent it had not indexed yet (seen under load on
+    `large`): a view of the trace while it is still being stored, not a property of the data."""
+    warnings = span.attributes.get(JAEGER_WARNINGS) or []
+    return any("skipping clock skew adjustment" in str(warning) for warning in warnings)
+
+
 def _whole_trace(jaeger: Jaeger, trace_id: str, expected: int) -> list[JaegerSpan]:
     spans: list[JaegerSpan] = []
 
     def complete() -> bool:
         nonlocal spans
         spans = jaeger.trace(trace_id)
-        return len(spans) >= expected
+        return len(spans) >= expected and not any(_settling(span) for span in spans)
 
     wait_for(f"{expected} spans of trace {trace_id} in Jaeger", complete, timeout=120, interval=1.0)
     time.sleep(1.5)  # anything more arriving late would be a duplicate or a stray: look again
-    return jaeger.trace(trace_id)
+    wait_for(f"trace {trace_id} settled in Jaeger", complete, timeout=60, interval=1.0)
+    return spans
 
 
 @pytest.mark.parametrize("stream", sorted(STREAM_SPANS))
