@@ -257,9 +257,17 @@ class Jaeger:
     otlp_grpc: str
     otlp_http: str
 
-    def trace(self, trace_id: str) -> list[JaegerSpan]:
-        """Every span of one trace (API v3; empty when Jaeger has no such trace)."""
-        response = httpx.get(f"{self.query_url}/api/v3/traces/{trace_id}", timeout=30)
+    def trace(self, trace_id: str, *, raw: bool = False) -> list[JaegerSpan]:
+        """Every span of one trace (API v3; empty when Jaeger has no such trace).
+
+        ``raw=True`` reads the trace as stored. Poll with it while a trace is still arriving:
+        Jaeger v1.76's in-memory store hands its stored trace to the query-time adjusters, which
+        edit it in place, so an adjusted read of a partial trace stamps a lasting "parent span
+        ID=... is not in the trace" warning on spans whose parent had not arrived yet. The
+        default (adjusted) read is what Jaeger's UI shows: read it once the trace is whole.
+        """
+        params = {"raw_traces": "true"} if raw else {}
+        response = httpx.get(f"{self.query_url}/api/v3/traces/{trace_id}", params=params, timeout=30)
         if response.status_code == 404:
             return []
         response.raise_for_status()

@@ -177,7 +177,7 @@ def _whole(jaeger: Jaeger, trace_id: str, expected: int) -> list[JaegerSpan]:
 
     def arrived() -> bool:
         nonlocal spans
-        spans = jaeger.trace(trace_id)
+        spans = jaeger.trace(trace_id, raw=True)
         return len(spans) >= expected
 
     wait_for(f"{expected} spans of {trace_id}", arrived, timeout=90, interval=1.0)
