@@ -4,8 +4,10 @@ Lines come back as wire-form dicts (no pydantic model per line: parsing would do
 export's cost). A line that cannot be an event (bad JSON, not an object, a missing or mistyped
 envelope field) is reported as a :class:`~rulvar_otel.errors.StreamLineError` naming its line
 number and skipped, so the rest of the stream still exports; ``strict=True`` raises the first one
-instead. Blank lines are ignored, and a UTF-8 byte-order mark opening line 1 is stripped. A text
-stream behaves like a path: a line with bytes that are not UTF-8 is one line's diagnostic.
+instead, and :meth:`JsonlEventSource.checked` checks a whole stream before the first event is
+handed out (without holding the events). Blank lines are ignored, and a UTF-8 byte-order mark
+opening line 1 is stripped. A text stream behaves like a path: a line with bytes that are not
+UTF-8 is one line's diagnostic.
 """
 
 from __future__ import annotations
@@ -181,8 +183,8 @@ class JsonlEventSource:
             stream = source
             label = name or str(getattr(source, "name", "<stream>"))
         try:
-            # stdin is spooled even when it is a seekable file: it may not start at offset 0,
-            # and a spool is never changed by another writer between the two reads.
+            # Only a file opened here is read twice. stdin or a caller's stream is spooled even
+            # when seekable: it is not ours to rewind, and a spool cannot change between reads.
             if owned is not None and _seekable(owned):
                 start = owned.tell()
                 for _ in cls(owned, strict=True, name=label):
