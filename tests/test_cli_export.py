@@ -55,7 +55,7 @@ def test_embedded_default_writes_otlp_json_lines_and_prints_the_tree(tmp_path: P
     assert any("✗ tool fetch" in line and "error" in line for line in lines)
     assert any("agent researcher loop" in line and "$0.00018" in line for line in lines)
     assert sum("tool search" in line for line in lines) == 5
-    assert f"exported 17 spans from {len(events('tools'))} events in trace" in err
+    assert f"exported 17 spans from {len(events('tools'))} stream events in trace" in err
     assert f"to file {DEFAULT_FILE}" in err
 
 

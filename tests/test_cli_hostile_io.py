@@ -109,7 +109,7 @@ def test_one_ctrl_c_during_a_blocked_stdin_read_exports_what_was_read(tmp_path: 
     finally:
         process.kill()
     assert process.returncode == 130, err
-    assert "interrupted; exported what was read" in err and "from 20 events" in err
+    assert "interrupted; exported what was read" in err and "from 20 stream events" in err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     assert _spans(tmp_path / "partial.jsonl") > 0
 

@@ -138,3 +138,16 @@ def test_the_license_is_the_one_the_metadata_names() -> None:
 
     assert tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"] == "MIT"
     assert (ROOT / "LICENSE").read_text(encoding="utf-8").startswith("MIT License\n")
+
+
+def test_the_install_commands_name_this_project_and_no_placeholder() -> None:
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    install = readme[readme.index("## Use it from Python") : readme.index("```python")]
+    commands = [line for block in _blocks(ROOT / "README.md", "bash") for line in block.splitlines()]
+    assert not [line for line in commands if re.search(r"<[^>]*>", line.split("#")[0])]
+    assert f"'{project['name']} @ file:///path/to/rulvar-otel'" in install
+    wheel = f"{project['name'].replace('-', '_')}-{project['version']}-py3-none-any.whl"
+    assert f"dist/{wheel}" in install

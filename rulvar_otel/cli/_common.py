@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from rulvar_otel.core.handle import RunHandle, RunOutcome
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.export import (
     DEFAULT_PROMETHEUS_HOST,
+    EventObserver,
     ExportOptions,
     ExportReport,
     export_run,
@@ -344,14 +346,30 @@ class _ProgressObserver:
         self._view.close(outcome)
 
 
-def _observers(command: CommandOptions) -> list[_ProgressObserver]:
+class _StreamEventCounter:
+    """Counts the stream's events per run, for the span tree's run rows."""
+
+    def __init__(self) -> None:
+        self.by_run: Counter[str] = Counter()
+
+    def feed(self, event: Mapping[str, Any]) -> None:
+        run_id = event.get("runId")
+        if isinstance(run_id, str):
+            self.by_run[run_id] += 1
+
+    def finish(self, outcome: RunOutcome | BaseException | None) -> None:
+        pass
+
+
+def _observers(command: CommandOptions, counter: _StreamEventCounter) -> list[EventObserver]:
+    observers: list[EventObserver] = [counter] if command.tree is not False else []
     if command.progress == "off":
-        return []
+        return observers
     from rulvar_otel.cli._progress import open_progress
 
     masker = compile_secret_masker(command.export.patterns or None)
     view = open_progress(command.progress, ceiling_usd=command.ceiling_usd, masker=masker)
-    return [_ProgressObserver(view)]
+    return [*observers, _ProgressObserver(view)]
 
 
 class _LiveNotes:
@@ -372,14 +390,15 @@ def run_export(
 ) -> tuple[int, ExportReport]:
     """Export ``handle`` as the command options say, print the report; the exit code and report."""
     notes = _LiveNotes(command, stderr)
+    counter = _StreamEventCounter()
     report = export_run(
         handle,
         command.export,
-        observers=_observers(command),
+        observers=_observers(command, counter),
         on_note=notes,
         keep_spans=command.tree is not False,
     )
-    return _print(report, command, notes, stdout, stderr), report
+    return _print(report, command, notes, counter, stdout, stderr), report
 
 
 async def run_export_async(
@@ -387,20 +406,22 @@ async def run_export_async(
 ) -> tuple[int, ExportReport]:
     """:func:`run_export` from async code."""
     notes = _LiveNotes(command, stderr)
+    counter = _StreamEventCounter()
     report = await export_run_async(
         handle,
         command.export,
-        observers=_observers(command),
+        observers=_observers(command, counter),
         on_note=notes,
         keep_spans=command.tree is not False,
     )
-    return _print(report, command, notes, stdout, stderr), report
+    return _print(report, command, notes, counter, stdout, stderr), report
 
 
 def _print(
     report: ExportReport,
     command: CommandOptions,
     notes: _LiveNotes,
+    counter: _StreamEventCounter,
     stdout: TextIO | None,
     stderr: TextIO | None,
 ) -> int:
@@ -409,6 +430,7 @@ def _print(
         patterns=command.export.patterns,
         tree=command.tree,
         notes_printed=notes.printed,
+        stream_events_by_run=counter.by_run,
         stdout=stdout,
         stderr=stderr,
     )

@@ -66,16 +66,20 @@ def export_command(
     ] = None,
     strict: Annotated[
         bool,
-        typer.Option("--strict", help="Fail (exit 2) on the first malformed line instead of skipping it."),
+        typer.Option(
+            "--strict",
+            help="Fail (exit 2) on the first malformed line, exporting nothing, instead of skipping it.",
+        ),
     ] = False,
     *,
     options: CommandOptions,
 ) -> None:
     """Export a recorded Rulvar event stream as one OpenTelemetry trace per run.
 
-    The stream is read once and never held in memory. Exit codes: 0 exported, 1 export failed
-    (endpoint refused or unreachable, stdout not writable), 2 usage or input error, 130
-    interrupted (what was read was exported).
+    The stream is never held in memory: it is read once, or with --strict checked whole before
+    the export reads it again (stdin or a pipe is copied to a temporary file for that). Exit
+    codes: 0 exported, 1 export failed (endpoint refused or unreachable, stdout not writable), 2
+    usage or input error, 130 interrupted (what was read was exported).
     """
     try:
         settled = load_outcome(outcome) if outcome is not None else None
@@ -95,13 +99,9 @@ def export_command(
             say(f"skipped {error}")
 
     try:
-        source = JsonlEventSource(stream, strict=strict, on_error=diagnose)
-        if strict:
-            # Read everything first: with --strict a bad line must stop the export before any span.
-            with source:
-                handle = StreamedRun(list(source), settled)
-        else:
-            handle = StreamedRun(source, settled)
+        # With --strict every line is checked before the first span exists (a bad line must stop
+        # the export before anything is written); the events are then read again, never held.
+        source = JsonlEventSource.checked(stream) if strict else JsonlEventSource(stream, on_error=diagnose)
     except (SourceError, StreamLineError) as exc:
         say(f"error: {exc}")
         raise typer.Exit(EXIT_USAGE) from None
@@ -109,11 +109,12 @@ def export_command(
         say("interrupted before anything was exported")
         raise typer.Exit(EXIT_INTERRUPTED) from None
 
-    try:
-        code, _ = run_export(handle, options)
-    except KeyboardInterrupt:
-        say("interrupted twice; the export was abandoned and earlier output left as it was")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+    with source:
+        try:
+            code, _ = run_export(StreamedRun(source, settled), options)
+        except KeyboardInterrupt:
+            say("interrupted twice; the export was abandoned and earlier output left as it was")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
     if source.error_count > MAX_PRINTED_DIAGNOSTICS:
         say(f"skipped {source.error_count - MAX_PRINTED_DIAGNOSTICS} more malformed lines")
     if source.error_count:

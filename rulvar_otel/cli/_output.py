@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final, TextIO
 
 from rulvar_otel.export import ExportReport, FailureKind
@@ -72,7 +72,7 @@ def _plural(count: int, word: str) -> str:
 def _summary(report: ExportReport) -> str:
     where = " and ".join(report.destinations) or "nowhere"
     spans = _plural(report.spans, "span")
-    events = _plural(report.events, "event")
+    events = _plural(report.events, "stream event")
     if len(report.trace_ids) == 1:
         traces = f"in trace {report.trace_ids[0]}"
     elif len(report.run_ids) > 1:
@@ -88,7 +88,12 @@ class _StdoutGoneError(Exception):
     """stdout refused a write (a full disk, /dev/full, a closed pipe)."""
 
 
-def _print_tree(report: ExportReport, masker: SecretMasker, stdout: TextIO | None) -> None:
+def _print_tree(
+    report: ExportReport,
+    masker: SecretMasker,
+    stdout: TextIO | None,
+    stream_events_by_run: Mapping[str, int] | None,
+) -> None:
     from rich.console import Console
 
     from rulvar_otel.cli._tree import print_span_tree
@@ -98,7 +103,9 @@ def _print_tree(report: ExportReport, masker: SecretMasker, stdout: TextIO | Non
         raise _StdoutGoneError("stdout is closed")
     console = Console(file=out, highlight=False, soft_wrap=True)
     try:
-        print_span_tree(list(report.kept_spans), console, masker=masker)
+        print_span_tree(
+            list(report.kept_spans), console, masker=masker, stream_events_by_run=stream_events_by_run
+        )
         out.flush()
     except (OSError, ValueError) as exc:
         raise _StdoutGoneError(getattr(exc, "strerror", None) or str(exc)) from None
@@ -122,18 +129,20 @@ def print_report(
     notes_printed: int = 0,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
+    stream_events_by_run: Mapping[str, int] | None = None,
 ) -> int:
     """Print ``report`` (tree, notes, failures, summary) and return the exit code.
 
     ``tree`` prints the span tree on stdout (``None``: only when every destination is a file);
-    the first ``notes_printed`` notes were printed live already.
+    the first ``notes_printed`` notes were printed live already. ``stream_events_by_run`` (the
+    stream events read per run id) labels each run's root row with the count the summary sums.
     """
     masker = compile_secret_masker(patterns or None)
     code = exit_code(report)
     want_tree = tree if tree is not None else _no_endpoint(report)
     if want_tree and report.kept_spans and not report.failed(FailureKind.CONFIG):
         try:
-            _print_tree(report, masker, stdout)
+            _print_tree(report, masker, stdout, stream_events_by_run)
             if report.spans > len(report.kept_spans):
                 say(f"the tree shows {len(report.kept_spans)} of {report.spans} spans", masker, stream=stderr)
         except _StdoutGoneError as exc:

@@ -63,7 +63,7 @@ def _cost(attrs: Mapping[str, object]) -> float | None:
     return None
 
 
-def _label(span: ReadableSpan, clean: SecretMasker) -> Text:
+def _label(span: ReadableSpan, clean: SecretMasker, stream_events: int | None = None) -> Text:
     attrs: Mapping[str, object] = span.attributes or {}
     glyph, style = _STATUS.get(span.status.status_code, ("·", "dim"))
     text = Text()
@@ -85,12 +85,20 @@ def _label(span: ReadableSpan, clean: SecretMasker) -> Text:
         text.append("  (end inferred)", style="dim")
     if attrs.get(semconv.PARENT_INFERRED) is True:
         text.append("  (parent inferred)", style="dim")
+    # A run's row counts the stream events it was made from, in the words and numbers of the
+    # summary line; every row counts its own span events (budget updates, logs, waits...).
+    counts = []
+    if stream_events is not None:
+        counts.append(_plural(stream_events, "stream event"))
     if span.events:
-        # Span events (budget updates, logs, waits... attached to this span), not the stream's
-        # events the summary line counts.
-        count = len(span.events)
-        text.append(f"  [{count} span event{'' if count == 1 else 's'}]", style="dim")
+        counts.append(_plural(len(span.events), "span event"))
+    if counts:
+        text.append(f"  [{', '.join(counts)}]", style="dim")
     return text
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def _safe(value: str, masker: SecretMasker) -> str:
@@ -106,9 +114,21 @@ def render_span_tree(
     masker: SecretMasker | None = None,
     max_children: int = DEFAULT_MAX_CHILDREN,
     max_rows: int = DEFAULT_MAX_ROWS,
+    stream_events_by_run: Mapping[str, int] | None = None,
 ) -> list[Tree]:
-    """One rich ``Tree`` per root span (normally one: the run), children in start order."""
+    """One rich ``Tree`` per root span (normally one: the run), children in start order.
+
+    ``stream_events_by_run`` (stream events read per run id) puts each run's count on its root row.
+    """
     clean = masker or default_masker()
+    per_run = stream_events_by_run or {}
+
+    def stream_events(span: ReadableSpan) -> int | None:
+        if span.parent is not None:
+            return None
+        run_id = (span.attributes or {}).get(semconv.RUN_ID)
+        return per_run.get(run_id) if isinstance(run_id, str) else None
+
     by_id = {s.context.span_id: s for s in spans if s.context is not None}
     children: dict[int | None, list[ReadableSpan]] = {}
     for span in spans:
@@ -154,7 +174,7 @@ def render_span_tree(
         if rows >= max_rows:
             skipped += subtree_size(root)
             continue
-        tree = Tree(_label(root, clean), guide_style="dim")
+        tree = Tree(_label(root, clean, stream_events(root)), guide_style="dim")
         rows += 1
         fill(tree, root)
         trees.append(tree)
@@ -170,8 +190,9 @@ def print_span_tree(
     masker: SecretMasker | None = None,
     max_children: int = DEFAULT_MAX_CHILDREN,
     max_rows: int = DEFAULT_MAX_ROWS,
+    stream_events_by_run: Mapping[str, int] | None = None,
 ) -> None:
-    """Print the tree (stdout by default).
+    """Print the tree (stdout by default); ``stream_events_by_run`` as for :func:`render_span_tree`.
 
     On a terminal rows fold at its width; piped or redirected, every row is printed whole (a
     consumer such as ``grep`` or a log file must never see a name cut mid-word at 80 columns).
@@ -186,5 +207,12 @@ def print_span_tree(
             color_system=out.color_system,  # type: ignore[arg-type]
             no_color=out.no_color,
         )
-    for tree in render_span_tree(spans, masker=masker, max_children=max_children, max_rows=max_rows):
+    trees = render_span_tree(
+        spans,
+        masker=masker,
+        max_children=max_children,
+        max_rows=max_rows,
+        stream_events_by_run=stream_events_by_run,
+    )
+    for tree in trees:
         out.print(tree)

@@ -71,14 +71,14 @@ class FanOut:
             try:
                 feed(event)
             except Exception:  # noqa: BLE001 - one consumer never costs another an event
-                _log.debug("rulvar_otel: a sink failed on an event", exc_info=True)
+                _log.debug("a sink failed on an event", exc_info=True)
 
     def finish(self, outcome: RunOutcome | BaseException | None) -> None:
         for sink in self._sinks:
             try:
                 sink.finish(outcome)
             except Exception:  # noqa: BLE001
-                _log.debug("rulvar_otel: %s failed to finish", type(sink).__name__, exc_info=True)
+                _log.debug("%s failed to finish", type(sink).__name__, exc_info=True)
 
 
 class FoldSink(Generic[_R]):
@@ -115,7 +115,7 @@ def _finish(sink: Sink, outcome: RunOutcome | BaseException) -> None:
     try:
         sink.finish(outcome)
     except Exception:  # noqa: BLE001 - a sink's failure never reaches the host
-        _log.debug("rulvar_otel: %s failed to finish", type(sink).__name__, exc_info=True)
+        _log.debug("%s failed to finish", type(sink).__name__, exc_info=True)
 
 
 async def drain(handle: RunHandle, *sinks: Sink) -> Drained:
@@ -138,7 +138,7 @@ async def drain(handle: RunHandle, *sinks: Sink) -> Drained:
                 try:
                     feed(wire)
                 except Exception:  # noqa: BLE001 - sinks never raise by contract; a bug costs one event
-                    _log.debug("rulvar_otel: a sink failed on event %s", count, exc_info=True)
+                    _log.debug("a sink failed on event %s", count, exc_info=True)
     except Exception as exc:  # noqa: BLE001 - a broken source ends the stream, not the host
         source_error = exc
         _log.warning("the event stream failed: %s", type(exc).__name__)
@@ -174,7 +174,7 @@ def drain_events(events: Iterable[EventLike], *sinks: Sink, outcome: Outcome = N
                 try:
                     feed(wire)
                 except Exception:  # noqa: BLE001
-                    _log.debug("rulvar_otel: a sink failed on event %s", count, exc_info=True)
+                    _log.debug("a sink failed on event %s", count, exc_info=True)
     except Exception as exc:  # noqa: BLE001
         source_error = exc
         _log.warning("the event stream failed: %s", type(exc).__name__)

@@ -156,7 +156,7 @@ class SpanMapper:
                 self._map(event, ns)
         except Exception:  # noqa: BLE001 - a strange event never breaks the host or the export
             self.failed_events += 1
-            _log.debug("rulvar_otel: event %s could not be mapped", self.event_count, exc_info=True)
+            _log.debug("event %s could not be mapped", self.event_count, exc_info=True)
 
     def _map(self, event: Mapping[str, Any], ns: int) -> None:
         kind = event.get("type")
@@ -181,7 +181,7 @@ class SpanMapper:
                 self._map(event, ns)
             except Exception:  # noqa: BLE001
                 self.failed_events += 1
-                _log.debug("rulvar_otel: a held event could not be mapped", exc_info=True)
+                _log.debug("a held event could not be mapped", exc_info=True)
 
     def finish(self, outcome: RunOutcome | BaseException | None) -> int:
         """End every span still open; returns the number of spans created."""
@@ -203,7 +203,7 @@ class SpanMapper:
                 end=self._end,
             )
         except Exception:  # noqa: BLE001
-            _log.debug("rulvar_otel: finishing spans failed", exc_info=True)
+            _log.debug("finishing spans failed", exc_info=True)
         self._clock.summarize()
         return self.span_count
 

@@ -172,7 +172,7 @@ class DirectSpanSink:
             try:
                 result = exporter.export(batch)
             except Exception:  # noqa: BLE001 - an exporter bug is a failed export, not a crash
-                _log.debug("rulvar_otel: span exporter raised", exc_info=True)
+                _log.debug("span exporter raised", exc_info=True)
                 result = SpanExportResult.FAILURE
             if result is SpanExportResult.SUCCESS:
                 self.delivered[index] += len(records)
@@ -202,7 +202,7 @@ class DirectSpanSink:
                 try:
                     exporter.shutdown()
                 except Exception:  # noqa: BLE001
-                    _log.debug("rulvar_otel: span exporter shutdown failed", exc_info=True)
+                    _log.debug("span exporter shutdown failed", exc_info=True)
         return list(self.delivered)
 
 

@@ -4,8 +4,10 @@ Lines come back as wire-form dicts (no pydantic model per line: parsing would do
 export's cost). A line that cannot be an event (bad JSON, not an object, a missing or mistyped
 envelope field) is reported as a :class:`~rulvar_otel.errors.StreamLineError` naming its line
 number and skipped, so the rest of the stream still exports; ``strict=True`` raises the first one
-instead. Blank lines are ignored, and a UTF-8 byte-order mark opening line 1 is stripped. A text
-stream behaves like a path: a line with bytes that are not UTF-8 is one line's diagnostic.
+instead, and :meth:`JsonlEventSource.checked` checks a whole stream before the first event is
+handed out (without holding the events). Blank lines are ignored, and a UTF-8 byte-order mark
+opening line 1 is stripped. A text stream behaves like a path: a line with bytes that are not
+UTF-8 is one line's diagnostic.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import io
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -38,6 +41,11 @@ STDIN: Final = "-"
 # Diagnostics kept in memory; beyond this only the count grows (a stream of garbage must not
 # turn into an unbounded list). ``on_error`` still sees every one.
 MAX_KEPT_ERRORS: Final = 1000
+
+# Bytes of an unseekable stream (stdin, a pipe) kept in memory while ``checked`` reads it;
+# beyond this the copy spills to a temporary file on disk.
+SPOOL_MEMORY_BYTES: Final = 4 * 1024 * 1024
+_READ_BUFFER_BYTES: Final = 256 * 1024
 
 # The envelope every event shares: field, accepted types, what the message calls the type.
 _REQUIRED: Final[tuple[tuple[str, type | tuple[type, ...], str], ...]] = (
@@ -142,19 +150,68 @@ class JsonlEventSource:
                 self.name = name or "<stdin>"
             else:
                 self.name = name or text
-                try:
-                    self._owned = Path(text).open("rb")  # noqa: SIM115 - closed by close()
-                except IsADirectoryError as exc:
-                    raise SourceError(f"cannot read {text}: it is a directory") from exc
-                except FileNotFoundError as exc:
-                    raise SourceError(f"cannot read {text}: no such file") from exc
-                except OSError as exc:
-                    raise SourceError(f"cannot read {text}: {exc.strerror or exc}") from exc
+                self._owned = _open_path(text)
                 self._stream = self._owned
         else:
             self._stream = source
             self.name = name or str(getattr(source, "name", "<stream>"))
         self._started = False
+
+    @classmethod
+    def checked(cls, source: PathLike | IO[bytes], *, name: str | None = None) -> JsonlEventSource:
+        """Check every line of ``source``, then return a strict source over the same bytes.
+
+        The first malformed line raises its :class:`StreamLineError` before anything is
+        returned, so a caller that exports the result exports nothing from a bad stream. No
+        event is held: a seekable file is read twice (the second read ends where the check
+        ended, so lines appended meanwhile are never exported unchecked); stdin, a pipe or any
+        other unseekable stream is copied while it is checked into a temporary file that stays
+        in memory up to :data:`SPOOL_MEMORY_BYTES`. The returned source closes what it reads
+        (an opened path, the temporary file) once iterated or closed.
+        """
+        label: str
+        owned: IO[bytes] | None = None
+        if isinstance(source, str | os.PathLike):
+            text = os.fspath(source)
+            if text == STDIN:
+                stream: IO[bytes] = sys.stdin.buffer
+                label = name or "<stdin>"
+            else:
+                stream = owned = _open_path(text)
+                label = name or text
+        else:
+            stream = source
+            label = name or str(getattr(source, "name", "<stream>"))
+        try:
+            # Only a file opened here is read twice. stdin or a caller's stream is spooled even
+            # when seekable: it is not ours to rewind, and a spool cannot change between reads.
+            if owned is not None and _seekable(owned):
+                start = owned.tell()
+                for _ in cls(owned, strict=True, name=label):
+                    pass
+                checked_bytes = owned.tell() - start
+                owned.seek(start)
+                replay: IO[bytes] = io.BufferedReader(_Prefix(owned, checked_bytes), _READ_BUFFER_BYTES)
+            else:
+                spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES)  # noqa: SIM115
+                try:
+                    copying = io.BufferedReader(_Copying(stream, spool), _READ_BUFFER_BYTES)
+                    for _ in cls(copying, strict=True, name=label):
+                        pass
+                    spool.seek(0)
+                except BaseException:
+                    spool.close()
+                    raise
+                if owned is not None:
+                    owned.close()
+                replay = cast("IO[bytes]", spool)
+        except BaseException:
+            if owned is not None:
+                owned.close()
+            raise
+        result = cls(replay, strict=True, name=label)
+        result._owned = replay
+        return result
 
     def __enter__(self) -> JsonlEventSource:
         return self
@@ -234,6 +291,71 @@ class JsonlEventSource:
                 with contextlib.suppress(OSError, ValueError):
                     stream.reconfigure(errors=restore_errors)  # type: ignore[union-attr]
             self.close()
+
+
+def _seekable(stream: IO[bytes]) -> bool:
+    try:
+        return stream.seekable()
+    except (OSError, ValueError):
+        return False
+
+
+class _Prefix(io.RawIOBase):
+    """The next ``limit`` bytes of ``stream`` and no more; closing it closes ``stream``."""
+
+    def __init__(self, stream: IO[bytes], limit: int) -> None:
+        super().__init__()
+        self._stream = stream
+        self._left = limit
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._left <= 0:
+            return 0
+        data = self._stream.read(min(len(buffer), self._left))
+        count = len(data)
+        buffer[:count] = data
+        self._left -= count
+        return count
+
+    def close(self) -> None:
+        if not self.closed:
+            self._stream.close()
+        super().close()
+
+
+class _Copying(io.RawIOBase):
+    """``stream`` read through, every byte also written to ``copy`` (``stream`` stays open)."""
+
+    def __init__(self, stream: IO[bytes], copy: IO[bytes]) -> None:
+        super().__init__()
+        self._stream = stream
+        self._copy = copy
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        read1 = getattr(self._stream, "read1", None)
+        # read1 hands over what a pipe has now instead of waiting to fill the whole buffer.
+        data = read1(len(buffer)) if read1 is not None else self._stream.read(len(buffer))
+        count = len(data)
+        buffer[:count] = data
+        self._copy.write(data)
+        return count
+
+
+def _open_path(text: str) -> IO[bytes]:
+    try:
+        return Path(text).open("rb")
+    except IsADirectoryError as exc:
+        raise SourceError(f"cannot read {text}: it is a directory") from exc
+    except FileNotFoundError as exc:
+        raise SourceError(f"cannot read {text}: no such file") from exc
+    except OSError as exc:
+        raise SourceError(f"cannot read {text}: {exc.strerror or exc}") from exc
 
 
 def _without_bom(line: bytes | str) -> object | None:
