@@ -276,7 +276,7 @@ def bench_direct(stream: Path, rounds: int) -> list[Figure]:
     from benchmarks._floor import capture
     from benchmarks._timing import interleaved
     from rulvar_otel.otel.direct import grpc_span_exporter
-    from tests._otlp_receivers import GrpcTraceReceiver
+    from tests._support import GrpcTraceReceiver
 
     script, _ = capture(_load(stream))
     spans, span_events = len(script.spans), script.span_events

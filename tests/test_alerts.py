@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests._metric_streams import assert_reads_only_the_registry
+from tests._support import assert_reads_only_the_registry
 from tests.test_dashboards import generator_module
 
 PROMETHEUS_DIR = Path(__file__).resolve().parents[1] / "collector_config" / "prometheus"

@@ -25,8 +25,8 @@ from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel._attributes import provider_name
-from tests import _fixtures as fx
-from tests._otel_harness import Export, export, ms
+from tests import _support as fx
+from tests._support import Export, export, ms
 
 MAPPING_DOC = Path(__file__).resolve().parent.parent / "docs" / "otel-mapping.md"
 

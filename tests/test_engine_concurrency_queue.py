@@ -17,7 +17,7 @@ from rulvar_otel.engine import (
     ScriptedAdapter,
     workflow,
 )
-from tests._otel_harness import export
+from tests._support import export
 from tests.test_engine_scenarios import Run, make_engine, settle
 
 

@@ -21,7 +21,7 @@ from rulvar_otel.engine import (
 )
 from rulvar_otel.engine.demo import build_demo, demo_adapter
 from rulvar_otel.errors import RunNotFoundError
-from tests._otel_harness import export
+from tests._support import export
 from tests.test_engine_scenarios import PRICES, TickClock, _no_sleep, settle
 
 

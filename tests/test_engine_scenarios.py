@@ -39,8 +39,8 @@ from rulvar_otel.engine import (
     tool,
     workflow,
 )
-from tests import _fixtures
-from tests._otel_harness import export
+from tests import _support
+from tests._support import export
 
 PRICES = {"fake:model": Price(1, 10), "fake:fake-model": Price(0, 0)}
 
@@ -173,9 +173,9 @@ def _tree(events: list[dict[str, Any]], outcome: RunOutcome | BaseException | No
 
 
 def assert_same_tree(ours: list[dict[str, Any]], outcome: RunOutcome, name: str) -> None:
-    ref_outcome = _fixtures.outcome(name)
+    ref_outcome = _support.outcome(name)
     tree = _tree(ours, outcome)
-    assert tree and tree == _tree(_fixtures.events(name), ref_outcome)
+    assert tree and tree == _tree(_support.events(name), ref_outcome)
 
 
 # The reference's orchestrator settles its drained arm exhausted *with* a forced-finish value and no
@@ -184,10 +184,10 @@ ENVELOPE_EXTRA = {"exposure-drained": frozenset({"error"})}
 
 
 def check(name: str, events: list[dict[str, Any]], outcome: RunOutcome) -> None:
-    ref = _fixtures.events(name)
+    ref = _support.events(name)
     assert_same_shape(events, ref, ENVELOPE_EXTRA.get(name, frozenset()))
     assert_same_tree(events, outcome, name)
-    ref_outcome = _fixtures.outcome(name)
+    ref_outcome = _support.outcome(name)
     assert isinstance(ref_outcome, RunOutcome)
     assert outcome.status == ref_outcome.status
     assert outcome.completion == ref_outcome.completion

@@ -27,8 +27,7 @@ from rulvar_otel.engine import (
 )
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.otel import to_otel
-from tests._otel_harness import Recorder
-from tests._otel_harness import provider as tracer_provider
+from rulvar_otel.testing import SpanCapture
 from tests.test_engine_openai_compat import SSE, FakeProvider, make, weather
 from tests.test_engine_scenarios import Run, make_engine, settle
 
@@ -63,16 +62,15 @@ async def _streamed_run() -> tuple[Run, Run, list[Any], bytes, str]:
     store = InMemoryJournalStore()
     engine = make_engine([streamed_adapter()], journal=store)
     handle = engine.run(streamed, {}, run_id="stream-1")
-    recorder = Recorder()
-    tp = tracer_provider(recorder)
+    capture = SpanCapture()
     reader = InMemoryMetricReader()
     meters = MeterProvider(metric_readers=[reader])
     meter = meters.get_meter("test")
     # Exported live, while the agent streams.
-    await to_otel(handle, tp.get_tracer("test"), meter=meter)
+    await to_otel(handle, capture.tracer, meter=meter)
     live = await settle(handle)
     replay = await settle(engine.resume("stream-1", streamed, dry_run=True))
-    otlp = encode_spans(recorder.ended).SerializeToString()
+    otlp = encode_spans(capture.ended).SerializeToString()
     data = reader.get_metrics_data()
     assert data is not None
     metrics = data.to_json()

@@ -15,7 +15,8 @@ from rulvar_otel.core.masking import MASKED_SECRET
 from rulvar_otel.errors import ConfigError, RunRejectedError
 from rulvar_otel.otel import export_events
 from rulvar_otel.otel import semconv as sc
-from tests._otel_harness import Export, Recorder, ev, export, provider, t
+from rulvar_otel.testing import SpanCapture
+from tests._support import Export, ev, export, t
 
 OK = RunOutcome(status="ok")
 USAGE = {
@@ -540,17 +541,17 @@ def test_openinference_span_kinds_on_every_span_and_switchable_off() -> None:
         "invocation loop": "LLM",
         "tool t": "TOOL",
     }
-    recorder = Recorder()
-    export_events(stream, provider(recorder).get_tracer("t"), outcome=OK, conventions=())
-    assert len(recorder.ended) == 6
-    assert not any(sc.OPENINFERENCE_SPAN_KIND in (s.attributes or {}) for s in recorder.ended)
+    capture = SpanCapture()
+    export_events(stream, capture.tracer, outcome=OK, conventions=())
+    assert len(capture.ended) == 6
+    assert not any(sc.OPENINFERENCE_SPAN_KIND in (s.attributes or {}) for s in capture.ended)
 
 
 def test_unknown_convention_is_a_config_error_before_any_span() -> None:
-    recorder = Recorder()
+    capture = SpanCapture()
     with pytest.raises(ConfigError, match="openinference"):
-        export_events(run(), provider(recorder).get_tracer("t"), conventions=("openinferense",))
-    assert recorder.started == []
+        export_events(run(), capture.tracer, conventions=("openinferense",))
+    assert capture.spans == []
 
 
 def test_anonymous_and_unknown_names() -> None:
@@ -969,13 +970,13 @@ def test_to_otel_takes_the_same_conventions_option() -> None:
     from rulvar_otel.otel import to_otel
 
     stream = run(agent(1, "a", "s0"), agent_end(2, "a"))
-    recorder = Recorder()
-    tracer = provider(recorder).get_tracer("t")
+    capture = SpanCapture()
+    tracer = capture.tracer
     assert asyncio.run(to_otel(handle_from_events(stream, OK), tracer, conventions=())) == 2
-    assert not any(sc.OPENINFERENCE_SPAN_KIND in (s.attributes or {}) for s in recorder.ended)
+    assert not any(sc.OPENINFERENCE_SPAN_KIND in (s.attributes or {}) for s in capture.ended)
     with pytest.raises(ConfigError, match="unknown convention"):
         asyncio.run(to_otel(handle_from_events(stream, OK), tracer, conventions=["phoenix"]))
-    assert len(recorder.started) == 2
+    assert len(capture.spans) == 2
 
 
 def test_a_stranded_span_opened_before_any_run_is_still_ended_after_later_segments() -> None:

@@ -19,14 +19,15 @@ from rulvar_otel.errors import ConfigError, RunRejectedError
 from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel.metrics import REGISTRY, MetricsRecorder, definition, record_metrics
 from rulvar_otel.otel.metrics.registry import FINISH, InstrumentKind
-from tests._fixtures import events, outcome
-from tests._metric_streams import (
+from rulvar_otel.testing import metric_points
+from tests._support import (
     adaptive_outcome,
     adaptive_stream,
     attrs,
     build_stream,
+    events,
     feed,
-    points,
+    outcome,
     unsettled_quota_stream,
 )
 
@@ -45,7 +46,7 @@ def _fold(setup: tuple[Any, InMemoryMetricReader], name: str, with_outcome: bool
     meter, reader = setup
     result: Any = outcome(name) if with_outcome else None
     feed(meter, events(name), result)
-    return points(reader)
+    return metric_points(reader)
 
 
 RUN = sc.METRIC_RUNS_SETTLED
@@ -226,7 +227,7 @@ def test_an_unrelated_error_after_a_quota_denial_is_an_error_not_exhaustion(setu
             }
         )
 
-    assert points(reader)[sc.METRIC_AGENT_ERRORS] == {
+    assert metric_points(reader)[sc.METRIC_AGENT_ERRORS] == {
         err("invalid_request", "error"): 1,
         err("quota_exhausted", "quota_exhausted"): 1,
     }
@@ -408,7 +409,7 @@ def test_replayed_phase_durations_never_enter_histograms(setup: Any) -> None:
             if event["type"] == "agent:phase:end":
                 event["durationMs"] = 0
     feed(meter, stream, outcome("minimal"))
-    data = points(reader)
+    data = metric_points(reader)
     assert sc.METRIC_INVOCATION_DURATION not in data and sc.METRIC_AGENT_DURATION not in data
 
 
@@ -423,7 +424,7 @@ def test_a_superseded_terminal_keeps_its_reason_and_any_other_reason_is_bounded(
         end = {"type": "run:end", "status": "ok", "totalUsd": 0, "settled": False, "settledReason": reason}
         start = {"type": "run:start", "workflow": "w", "resumed": True}
         feed(meter, build_stream(run_id, [(0.0, "s0", start), (1.0, "s0", end)]))
-    assert points(reader)[RUN] == {
+    assert metric_points(reader)[RUN] == {
         _run_key("w", "ok", settled=False, reason="superseded"): 1,
         _run_key("w", "ok", settled=False, reason="other"): 1,
     }
@@ -449,7 +450,7 @@ def test_determinism(setup: Any) -> None:
 def test_truncated_stream_counts_the_known_outcome(setup: Any) -> None:
     meter, reader = setup
     feed(meter, events("minimal")[:-1], outcome("minimal"))
-    data = points(reader)
+    data = metric_points(reader)
     assert data[RUN] == {_run_key("review", "ok"): 1}
     assert sc.METRIC_RUN_DURATION not in data  # no run:end, no wall time
 
@@ -457,7 +458,7 @@ def test_truncated_stream_counts_the_known_outcome(setup: Any) -> None:
 def test_adaptive_stream_without_an_outcome(setup: Any) -> None:
     meter, reader = setup
     feed(meter, adaptive_stream())
-    data = points(reader)
+    data = metric_points(reader)
     planner = attrs({sc.WORKFLOW: "planner"})
     assert _hist(data[sc.METRIC_LEDGER_OPS_PER_SPAWN][planner]) == (1, 2.0)  # 4 ops / 2 spawns
     assert data[sc.METRIC_LEDGER_OPS] == {
@@ -552,7 +553,7 @@ def test_adaptive_stream_without_an_outcome(setup: Any) -> None:
 def test_adaptive_stream_with_the_cost_report(setup: Any) -> None:
     meter, reader = setup
     feed(meter, adaptive_stream(), adaptive_outcome())
-    data = points(reader)
+    data = metric_points(reader)
     report_share = attrs({sc.WORKFLOW: "planner", sc.SHARE_SOURCE: "cost_report"})
     assert data[sc.METRIC_ORCHESTRATOR_SHARE].keys() == {report_share}
     assert _hist(data[sc.METRIC_ORCHESTRATOR_SHARE][report_share]) == (1, approx(0.3))
@@ -564,7 +565,7 @@ def test_runs_accumulate_across_recorders(setup: Any) -> None:
     feed(meter, events("quota"), outcome("quota"))
     feed(meter, events("quota"), outcome("quota"))
     feed(meter, unsettled_quota_stream(), None)
-    data = points(reader)
+    data = metric_points(reader)
     assert data[RUN][_run_key("throttled", "ok")] == 2
     assert data[RUN][_run_key("solo", "ok", settled=False)] == 1
     denial = {
@@ -581,7 +582,7 @@ SECRET = "sk-" + "A1b2C3d4E5f6G7h8I9j0"
 
 
 def _all_attribute_values(reader: InMemoryMetricReader) -> list[Any]:
-    return [value for series in points(reader).values() for key in series for _, value in key]
+    return [value for series in metric_points(reader).values() for key in series for _, value in key]
 
 
 @pytest.mark.parametrize(
@@ -614,7 +615,7 @@ def test_model_labels_are_the_spans_model_id_and_provider(
         ],
     )
     feed(meter, stream)
-    data = points(reader)
+    data = metric_points(reader)
     assert data[sc.METRIC_SPEND] == {attrs(_phase("w", f"{provider}:{model}", "loop")): 0.5}
     assert set(data[sc.METRIC_QUOTA_DENIALS]) == {
         attrs(
@@ -653,7 +654,7 @@ def test_no_unbounded_value_becomes_an_attribute(setup: Any) -> None:
         for unbounded in ("runId", "spanId", "ts", "toolCallId", "logicalTaskId"):
             if unbounded in event:
                 assert str(event[unbounded]) not in values, unbounded
-    for series in points(reader).values():
+    for series in metric_points(reader).values():
         for key in series:
             assert {k for k, _ in key} <= {a for d in REGISTRY for a in d.attributes}
 
@@ -707,7 +708,7 @@ def test_recorder_never_raises(setup: Any, stream: list[Any], result: Any) -> No
 async def test_record_metrics_over_a_handle(setup: Any) -> None:
     meter, reader = setup
     await record_metrics(handle_from_events(events("orchestrate"), outcome("orchestrate")), meter)
-    data = points(reader)
+    data = metric_points(reader)
     share = data[sc.METRIC_ORCHESTRATOR_SHARE]
     assert math.isclose(_hist(next(iter(share.values())))[1], 0.03)
 
@@ -717,11 +718,11 @@ async def test_record_metrics_survives_a_rejecting_result(setup: Any) -> None:
     rejected = outcome("unsettled")
     assert isinstance(rejected, RunRejectedError)
     await record_metrics(handle_from_events(events("unsettled"), rejected), meter)
-    assert points(reader)[RUN] == {_run_key("demo", "ok", settled=False): 1}
+    assert metric_points(reader)[RUN] == {_run_key("demo", "ok", settled=False): 1}
 
 
 async def test_record_metrics_refuses_a_bad_pattern_before_recording(setup: Any) -> None:
     meter, reader = setup
     with pytest.raises(ConfigError, match="patterns"):
         await record_metrics(handle_from_events(events("minimal")), meter, patterns=["("])
-    assert points(reader) == {}
+    assert metric_points(reader) == {}

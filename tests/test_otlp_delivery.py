@@ -29,15 +29,19 @@ from rulvar_otel.export import (
     resolve_service_name,
 )
 from rulvar_otel.otel.exporter import export_events
-from tests._fixtures import REFERENCE, STREAMS, events, outcome
-from tests._otel_harness import otlp_file_spans, run_cli
-from tests._otlp_receivers import (
+from tests._support import (
+    REFERENCE,
+    STREAMS,
     GrpcMetricsReceiver,
     GrpcTraceReceiver,
     HttpTraceReceiver,
     ReceivedSpan,
     TraceReceiver,
     closed_port,
+    events,
+    otlp_file_spans,
+    outcome,
+    run_cli,
     span_index,
 )
 

@@ -26,8 +26,8 @@ from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.errors import ConfigError, RunNotFoundError, SourceError
 from rulvar_otel.otel import export_events, to_otel
 from rulvar_otel.sources.sse import ReconnectPolicy, ServerRunHandle, follow_server_run
-from tests._fixtures import STREAMS, events
-from tests._otel_harness import Recorder, provider
+from rulvar_otel.testing import SpanCapture
+from tests._support import STREAMS, events
 
 DropMode = Literal["none", "slow", "midframe", "clean"]
 # The Rulvar server's slow-consumer close note, verbatim, and the wording older servers used.
@@ -329,9 +329,9 @@ async def test_not_live_stops_retrying_and_takes_the_status_outcome() -> None:
     assert got[0]["ts"] == got[1]["ts"] == "2026-11-29T18:59:53.294Z"  # 01M8MAV4AE...: its ULID time
     assert got[1]["status"] == "ok" and got[1]["envelope"] == outcome.envelope
     assert got[0]["workflow"] == run.status["workflow"]
-    recorder = Recorder()
-    assert export_events(got, provider(recorder).get_tracer("t"), outcome=outcome) == 1
-    (span,) = recorder.ended
+    capture = SpanCapture()
+    assert export_events(got, capture.tracer, outcome=outcome) == 1
+    (span,) = capture.ended
     assert span.name == f"run {run.status['workflow']}"
     assert span.start_time == span.end_time == 1_795_978_793_294_000_000
     assert (

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from rulvar_otel.cli import app
 from rulvar_otel.otel import export_events
-from tests._fixtures import events, outcome
+from tests._support import events, outcome
 from tests.test_sse import RulvarTestServer, ServedRun, serve_in_thread, served
 
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from rulvar_otel.cli import app
 from rulvar_otel.cli._tree import MAX_LABEL_CHARS, print_span_tree
 from rulvar_otel.otel import export_events
-from tests._fixtures import events
+from tests._support import events
 
 LONG = "a-very-long-workflow-name-" + "that-goes-on-" * 12 + "end"
 

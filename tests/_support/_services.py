@@ -46,7 +46,7 @@ __all__ = [
     "write_yaml",
 ]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "collector_config"
 BUILD_SCRIPT = ROOT / "scripts" / "build_pipeline.sh"
 

@@ -1,8 +1,14 @@
-"""Test views over :mod:`rulvar_otel.testing`: an ``Export`` with index helpers, ``ev`` and time helpers."""
+"""Span-side test views over :mod:`rulvar_otel.testing`, hand-built events and the CLI in process.
+
+:func:`export` runs ``to_otel`` through the public :func:`~rulvar_otel.testing.capture_export` and
+wraps the capture in :class:`Export`, which adds what the tests compare by: start-order indices.
+:func:`ev` and :func:`t` build wire-form events and their timestamps; :func:`run_cli`,
+:func:`write_stream` and :func:`otlp_file_spans` drive and read the CLI.
+"""
 
 from __future__ import annotations
 
-import asyncio
+import datetime as dt
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -10,63 +16,62 @@ from pathlib import Path
 from typing import Any
 
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as OtlpSpan
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanLimits, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, Span
 from typer.testing import CliRunner
 
 from rulvar_otel.cli import app
-from rulvar_otel.core.handle import EventLike, RunOutcome, handle_from_events
+from rulvar_otel.core.handle import EventLike, RunOutcome
 from rulvar_otel.export import iter_otlp_json_file
-from rulvar_otel.otel import to_otel
-from rulvar_otel.testing import CountingIdGenerator as CountingIds
-from rulvar_otel.testing import SpanRecorder as Recorder
+from rulvar_otel.testing import SpanCapture, capture_export
 
 __all__ = [
-    "CountingIds",
     "Export",
-    "Recorder",
     "ev",
     "export",
     "ms",
     "otlp_file_spans",
-    "provider",
     "run_cli",
     "t",
     "write_stream",
 ]
 
+# Hand-built events start at 2026-01-01T00:00:00Z.
+_BASE_MS = 1_767_225_600_000
+
 
 @dataclass
 class Export:
+    """What ``to_otel`` returned and the spans it produced, indexed by start order."""
+
     returned: int
-    spans: list[Span]  # start order
-    ended: list[ReadableSpan]
-    by_id: dict[int, Span] = field(default_factory=dict[int, Span])
+    capture: SpanCapture
+    by_id: dict[int, Span] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.by_id = {s.context.span_id: s for s in self.spans}
+        self.by_id = self.capture.by_span_id()
+
+    @property
+    def spans(self) -> list[Span]:
+        """Every span, in start order."""
+        return self.capture.spans
+
+    @property
+    def ended(self) -> list[ReadableSpan]:
+        return self.capture.ended
+
+    def named(self, name: str) -> list[Span]:
+        return self.capture.named(name)
 
     def index_of(self, span_id: int | None) -> int | None:
         if span_id is None:
             return None
-        for i, s in enumerate(self.spans):
+        for i, s in enumerate(self.capture.recorder.started):
             if s.context.span_id == span_id:
                 return i
         return None
 
     def parent_index(self, span: Span) -> int | None:
         return self.index_of(span.parent.span_id if span.parent is not None else None)
-
-    def named(self, name: str) -> list[Span]:
-        return [s for s in self.spans if s.name == name]
-
-
-def provider(recorder: SpanProcessor, *, max_events: int | None = 100_000) -> TracerProvider:
-    tp = TracerProvider(
-        id_generator=CountingIds(),
-        span_limits=SpanLimits(max_events=max_events, max_attributes=1000),
-    )
-    tp.add_span_processor(recorder)
-    return tp
 
 
 def export(
@@ -76,24 +81,17 @@ def export(
     patterns: Sequence[str] | None = None,
     run_id: str | None = None,
 ) -> Export:
-    """Run ``to_otel`` over a recorded stream into an in-memory recorder."""
-    recorder = Recorder()
-    tp = provider(recorder)
-    handle = handle_from_events(list(events), outcome, run_id=run_id)
-    returned = asyncio.run(to_otel(handle, tp.get_tracer("test"), patterns=patterns))
-    return Export(returned, list(recorder.started), list(recorder.ended))
+    """Run ``to_otel`` over a recorded stream into an in-memory capture."""
+    returned, capture = capture_export(events, outcome, patterns=patterns, run_id=run_id)
+    return Export(returned, capture)
 
 
 def ev(
     kind: str, seq: int, span: str, parent: str | None = None, ts_ms: int | None = None, **body: Any
 ) -> dict[str, Any]:
     """A wire-form event for hand-built streams (ts defaults to seq milliseconds after 2026-01-01)."""
-    base_ms = 1_767_225_600_000  # 2026-01-01T00:00:00Z
-    ms = base_ms + (ts_ms if ts_ms is not None else seq)
-    seconds, millis = divmod(ms, 1000)
-    import datetime as _dt
-
-    ts = _dt.datetime.fromtimestamp(seconds, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{millis:03d}Z"
+    seconds, millis = divmod(_BASE_MS + (ts_ms if ts_ms is not None else seq), 1000)
+    ts = dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{millis:03d}Z"
     out: dict[str, Any] = {"runId": body.pop("runId", "r1"), "seq": seq, "ts": ts, "spanId": span}
     if parent is not None:
         out["parentSpanId"] = parent
@@ -103,12 +101,13 @@ def ev(
 
 
 def ms(ns: int | None) -> int | None:
+    """Nanoseconds as whole milliseconds (None stays None)."""
     return None if ns is None else ns // 1_000_000
 
 
 def t(ts_ms: int) -> int:
     """The ns timestamp `ev(..., ts_ms=...)` produces."""
-    return (1_767_225_600_000 + ts_ms) * 1_000_000
+    return (_BASE_MS + ts_ms) * 1_000_000
 
 
 def run_cli(*args: str, stdin: bytes | None = None) -> tuple[int, str, str]:

@@ -1,0 +1,143 @@
+"""Shared test helpers: the one import surface for tests, ``tests/conftest.py`` and ``benchmarks``.
+
+Import from ``tests._support`` only, never from its submodules (``test_helper_imports.py`` checks
+this). The in-memory span and metric harness itself is the public :mod:`rulvar_otel.testing`
+(``SpanCapture``, ``MetricCapture``, ``SpanRecorder``, ``capture_export``, ``metric_points``);
+what lives here is what only this project's tests need:
+
+Reference corpus (``_corpus``)
+    ``REFERENCE``, ``STREAMS``, ``SPANS``, ``stream_names``, ``events``, ``outcome``,
+    ``reference_files``, ``load_reference``, ``MIN_STREAMS``, ``MIN_SPAN_TREES``,
+    ``MissingFixtureError``.
+Span exports, hand-built events and the CLI (``_harness``)
+    ``export`` / ``Export`` (``to_otel`` into a capture, spans indexed by start order), ``ev``,
+    ``t``, ``ms``, ``run_cli``, ``write_stream``, ``otlp_file_spans``.
+Metric streams (``_metric_streams``)
+    ``build_stream``, ``adaptive_stream``, ``adaptive_outcome``, ``unsettled_quota_stream``,
+    ``feed``, ``attrs``, ``T0``.
+PromQL reading (``_promql``)
+    ``promql_references``, ``registry_series_labels``, ``assert_reads_only_the_registry``.
+OTLP receivers on loopback (``_receivers``)
+    ``GrpcTraceReceiver``, ``HttpTraceReceiver``, ``TraceReceiver``, ``ReceivedSpan``,
+    ``GrpcMetricsReceiver``, ``attributes_of``, ``span_index``, ``closed_port``.
+Live pipeline services (``_services``)
+    ``binaries`` / ``Binaries``, ``start_collector``, ``start_jaeger`` / ``Jaeger`` /
+    ``JaegerSpan``, ``start_prometheus`` / ``Prometheus``, ``Service``, ``otelcol_args``,
+    ``otlp_attributes``, ``otlp_json_spans``, ``free_port``, ``wait_for``, ``write_yaml``,
+    ``ROOT``, ``CONFIG``, ``BUILD_TIMEOUT_S``.
+"""
+
+from __future__ import annotations
+
+from tests._support._corpus import (
+    MIN_SPAN_TREES,
+    MIN_STREAMS,
+    REFERENCE,
+    SPANS,
+    STREAMS,
+    MissingFixtureError,
+    events,
+    load_reference,
+    outcome,
+    reference_files,
+    stream_names,
+)
+from tests._support._harness import Export, ev, export, ms, otlp_file_spans, run_cli, t, write_stream
+from tests._support._metric_streams import (
+    T0,
+    adaptive_outcome,
+    adaptive_stream,
+    attrs,
+    build_stream,
+    feed,
+    unsettled_quota_stream,
+)
+from tests._support._promql import assert_reads_only_the_registry, promql_references, registry_series_labels
+from tests._support._receivers import (
+    GrpcMetricsReceiver,
+    GrpcTraceReceiver,
+    HttpTraceReceiver,
+    ReceivedSpan,
+    TraceReceiver,
+    attributes_of,
+    closed_port,
+    span_index,
+)
+from tests._support._services import (
+    BUILD_TIMEOUT_S,
+    CONFIG,
+    ROOT,
+    Binaries,
+    Jaeger,
+    JaegerSpan,
+    Prometheus,
+    Service,
+    binaries,
+    free_port,
+    otelcol_args,
+    otlp_attributes,
+    otlp_json_spans,
+    start_collector,
+    start_jaeger,
+    start_prometheus,
+    wait_for,
+    write_yaml,
+)
+
+__all__ = [
+    "BUILD_TIMEOUT_S",
+    "CONFIG",
+    "MIN_SPAN_TREES",
+    "MIN_STREAMS",
+    "REFERENCE",
+    "ROOT",
+    "SPANS",
+    "STREAMS",
+    "T0",
+    "Binaries",
+    "Export",
+    "GrpcMetricsReceiver",
+    "GrpcTraceReceiver",
+    "HttpTraceReceiver",
+    "Jaeger",
+    "JaegerSpan",
+    "MissingFixtureError",
+    "Prometheus",
+    "ReceivedSpan",
+    "Service",
+    "TraceReceiver",
+    "adaptive_outcome",
+    "adaptive_stream",
+    "assert_reads_only_the_registry",
+    "attributes_of",
+    "attrs",
+    "binaries",
+    "build_stream",
+    "closed_port",
+    "ev",
+    "events",
+    "export",
+    "feed",
+    "free_port",
+    "load_reference",
+    "ms",
+    "otelcol_args",
+    "otlp_attributes",
+    "otlp_file_spans",
+    "otlp_json_spans",
+    "outcome",
+    "promql_references",
+    "reference_files",
+    "registry_series_labels",
+    "run_cli",
+    "span_index",
+    "start_collector",
+    "start_jaeger",
+    "start_prometheus",
+    "stream_names",
+    "t",
+    "unsettled_quota_stream",
+    "wait_for",
+    "write_stream",
+    "write_yaml",
+]
