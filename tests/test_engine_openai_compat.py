@@ -20,7 +20,7 @@ from rulvar_otel.engine import (
     workflow,
 )
 from rulvar_otel.errors import ConfigError
-from tests.test_engine_scenarios import TickClock, _no_sleep, settle
+from tests._support import TickClock, no_sleep, settle
 
 API_KEY = "sk-test0123456789abcdefghij"
 
@@ -111,7 +111,7 @@ async def forecast(ctx: Any, args: Any) -> Any:
 
 def make(url: str, **options: Any) -> Any:
     adapter = OpenAICompatAdapter(base_url=url, default_model="gpt-test", api_key=API_KEY, timeout_s=5)
-    return adapter, create_engine([adapter], clock=TickClock(), sleep=_no_sleep, **options)
+    return adapter, create_engine([adapter], clock=TickClock(), sleep=no_sleep, **options)
 
 
 async def test_tool_loop_over_http_with_usage_and_tool_call_ids(provider: FakeProvider) -> None:

@@ -28,8 +28,8 @@ from rulvar_otel.engine import (
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.otel import to_otel
 from rulvar_otel.testing import SpanCapture
+from tests._support import Run, make_engine, settle
 from tests.test_engine_openai_compat import SSE, FakeProvider, make, weather
-from tests.test_engine_scenarios import Run, make_engine, settle
 
 SECRET_PROSE = "zebra quartz nebula marmalade"
 

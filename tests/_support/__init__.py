@@ -12,6 +12,11 @@ Reference corpus (``_corpus``)
 Span exports, hand-built events and the CLI (``_harness``)
     ``export`` / ``Export`` (``to_otel`` into a capture, spans indexed by start order), ``ev``,
     ``t``, ``ms``, ``run_cli``, ``write_stream``, ``otlp_file_spans``.
+A deterministic bundled engine (``_engine``)
+    ``make_engine`` (fixed ``PRICES``, a ``TickClock``, ``no_sleep``), ``settle``,
+    ``run_scenario``, ``Run``.
+Reference engine scenarios (``_engine_scenarios``)
+    ``ENGINE_SCENARIOS`` (corpus stream name -> scenario builder), ``suspension_flow``.
 Metric streams (``_metric_streams``)
     ``build_stream``, ``adaptive_stream``, ``adaptive_outcome``, ``unsettled_quota_stream``,
     ``feed``, ``attrs``, ``T0``.
@@ -42,6 +47,8 @@ from tests._support._corpus import (
     reference_files,
     stream_names,
 )
+from tests._support._engine import PRICES, Run, TickClock, make_engine, no_sleep, run_scenario, settle
+from tests._support._engine_scenarios import ENGINE_SCENARIOS, suspension_flow
 from tests._support._harness import Export, ev, export, ms, otlp_file_spans, run_cli, t, write_stream
 from tests._support._metric_streams import (
     T0,
@@ -85,6 +92,15 @@ from tests._support._services import (
 )
 
 __all__ = [
+    "ENGINE_SCENARIOS",
+    "PRICES",
+    "Run",
+    "TickClock",
+    "make_engine",
+    "no_sleep",
+    "run_scenario",
+    "settle",
+    "suspension_flow",
     "BUILD_TIMEOUT_S",
     "CONFIG",
     "MIN_SPAN_TREES",
