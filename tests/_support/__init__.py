@@ -11,7 +11,8 @@ Reference corpus (``_corpus``)
     ``MissingFixtureError``.
 Span exports, hand-built events and the CLI (``_harness``)
     ``export`` / ``Export`` (``to_otel`` into a capture, spans indexed by start order), ``ev``,
-    ``t``, ``ms``, ``run_cli``, ``write_stream``, ``otlp_file_spans``.
+    ``t``, ``ms``, ``run_stream``, ``agent_start``, ``agent_end``, ``OK_OUTCOME``, ``USAGE``,
+    ``run_cli``, ``write_stream``, ``otlp_file_spans``.
 A deterministic bundled engine (``_engine``)
     ``make_engine`` (fixed ``PRICES``, a ``TickClock``, ``no_sleep``), ``settle``,
     ``run_scenario``, ``Run``.
@@ -49,7 +50,21 @@ from tests._support._corpus import (
 )
 from tests._support._engine import PRICES, Run, TickClock, make_engine, no_sleep, run_scenario, settle
 from tests._support._engine_scenarios import ENGINE_SCENARIOS, suspension_flow
-from tests._support._harness import Export, ev, export, ms, otlp_file_spans, run_cli, t, write_stream
+from tests._support._harness import (
+    OK_OUTCOME,
+    USAGE,
+    Export,
+    agent_end,
+    agent_start,
+    ev,
+    export,
+    ms,
+    otlp_file_spans,
+    run_cli,
+    run_stream,
+    t,
+    write_stream,
+)
 from tests._support._metric_streams import (
     T0,
     adaptive_outcome,
@@ -92,6 +107,11 @@ from tests._support._services import (
 )
 
 __all__ = [
+    "OK_OUTCOME",
+    "USAGE",
+    "agent_end",
+    "agent_start",
+    "run_stream",
     "ENGINE_SCENARIOS",
     "PRICES",
     "Run",

@@ -2,7 +2,8 @@
 
 :func:`export` runs ``to_otel`` through the public :func:`~rulvar_otel.testing.capture_export` and
 wraps the capture in :class:`Export`, which adds what the tests compare by: start-order indices.
-:func:`ev` and :func:`t` build wire-form events and their timestamps; :func:`run_cli`,
+:func:`ev` and :func:`t` build wire-form events and their timestamps, :func:`run_stream`,
+:func:`agent_start` and :func:`agent_end` the common shapes of hand-built streams; :func:`run_cli`,
 :func:`write_stream` and :func:`otlp_file_spans` drive and read the CLI.
 """
 
@@ -25,12 +26,17 @@ from rulvar_otel.export import iter_otlp_json_file
 from rulvar_otel.testing import SpanCapture, capture_export
 
 __all__ = [
+    "OK_OUTCOME",
+    "USAGE",
     "Export",
+    "agent_end",
+    "agent_start",
     "ev",
     "export",
     "ms",
     "otlp_file_spans",
     "run_cli",
+    "run_stream",
     "t",
     "write_stream",
 ]
@@ -73,6 +79,15 @@ class Export:
     def parent_index(self, span: Span) -> int | None:
         return self.index_of(span.parent.span_id if span.parent is not None else None)
 
+    def parent_of(self, span: Span) -> Span | None:
+        return self.by_id.get(span.parent.span_id) if span.parent is not None else None
+
+    def only(self, name: str) -> Span:
+        """The one span called ``name`` (fails the test when there are none or several)."""
+        found = self.named(name)
+        assert len(found) == 1, [s.name for s in self.spans]
+        return found[0]
+
 
 def export(
     events: Iterable[EventLike],
@@ -98,6 +113,36 @@ def ev(
     out["type"] = kind
     out.update(body)
     return out
+
+
+OK_OUTCOME = RunOutcome(status="ok")
+USAGE = {
+    "inputTokens": 10,
+    "outputTokens": 5,
+    "cacheReadTokens": 2,
+    "cacheWriteTokens": 1,
+    "reasoningTokens": 3,
+}
+
+
+def agent_start(seq: int, span: str, parent: str | None, agent_type: str = "w", **kw: Any) -> dict[str, Any]:
+    """An ``agent:start`` of a loop agent on ``openai:gpt-x``."""
+    return ev("agent:start", seq, span, parent, agentType=agent_type, model="openai:gpt-x", role="loop", **kw)
+
+
+def agent_end(seq: int, span: str, status: str = "ok", **kw: Any) -> dict[str, Any]:
+    """An ``agent:end`` with :data:`USAGE` and 0.5 USD."""
+    return ev(
+        "agent:end", seq, span, agentType="w", status=status, usage=USAGE, costUsd=0.5, entryRef=1, **kw
+    )
+
+
+def run_stream(*body: dict[str, Any], status: str = "ok", end: bool = True) -> list[dict[str, Any]]:
+    """``body`` inside a run of workflow ``wf`` (span ``s0``), ended at 999 ms unless ``end`` is false."""
+    events = [ev("run:start", 0, "s0", workflow="wf", resumed=False), *body]
+    if end:
+        events.append(ev("run:end", 999, "s0", ts_ms=999, status=status, totalUsd=0))
+    return events
 
 
 def ms(ns: int | None) -> int | None:
