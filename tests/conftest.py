@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.metrics import Meter
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.errors import RunRejectedError
@@ -44,6 +46,12 @@ def metric_capture() -> Iterator[MetricCapture]:
     capture = MetricCapture()
     yield capture
     capture.shutdown()
+
+
+@pytest.fixture
+def meter_and_reader(metric_capture: MetricCapture) -> tuple[Meter, InMemoryMetricReader]:
+    """The meter and the reader of :func:`metric_capture`, for tests that fold metrics by hand."""
+    return metric_capture.meter, metric_capture.reader
 
 
 @pytest.fixture

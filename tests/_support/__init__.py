@@ -20,7 +20,8 @@ Reference engine scenarios (``_engine_scenarios``)
     ``ENGINE_SCENARIOS`` (corpus stream name -> scenario builder), ``suspension_flow``.
 Metric streams (``_metric_streams``)
     ``build_stream``, ``adaptive_stream``, ``adaptive_outcome``, ``unsettled_quota_stream``,
-    ``feed``, ``attrs``, ``T0``.
+    ``feed``, ``fold_reference``, ``attrs``, ``run_settled_key``, ``phase_attributes``,
+    ``count_and_sum``, ``T0``.
 PromQL reading (``_promql``)
     ``promql_references``, ``registry_series_labels``, ``assert_reads_only_the_registry``.
 OTLP receivers on loopback (``_receivers``)
@@ -71,7 +72,11 @@ from tests._support._metric_streams import (
     adaptive_stream,
     attrs,
     build_stream,
+    count_and_sum,
     feed,
+    fold_reference,
+    phase_attributes,
+    run_settled_key,
     unsettled_quota_stream,
 )
 from tests._support._promql import assert_reads_only_the_registry, promql_references, registry_series_labels
@@ -107,6 +112,10 @@ from tests._support._services import (
 )
 
 __all__ = [
+    "count_and_sum",
+    "fold_reference",
+    "phase_attributes",
+    "run_settled_key",
     "OK_OUTCOME",
     "USAGE",
     "agent_end",

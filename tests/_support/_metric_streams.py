@@ -1,4 +1,7 @@
-"""Hand-built metric streams shared by the metrics and live Prometheus tests, and a recorder feed.
+"""Metric streams and folds shared by the metrics and live Prometheus tests.
+
+Hand-built streams, :func:`feed` (a recorder over a stream), :func:`fold_reference` (the points
+of a corpus stream) and the attribute keys the folds are compared by.
 
 The reference corpus has no escalation, reclaim, rejected spawn or quota exhaustion; the adaptive
 stream below carries them so every registry metric has data. No test functions live here.
@@ -10,9 +13,14 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import SecretMasker
+from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel.metrics import MetricsRecorder
+from rulvar_otel.testing import metric_points
+from tests._support._corpus import events, outcome
 
 __all__ = [
     "T0",
@@ -20,7 +28,11 @@ __all__ = [
     "adaptive_stream",
     "attrs",
     "build_stream",
+    "count_and_sum",
     "feed",
+    "fold_reference",
+    "phase_attributes",
+    "run_settled_key",
     "unsettled_quota_stream",
 ]
 
@@ -192,3 +204,46 @@ def feed(
 def attrs(mapping: Mapping[str, Any]) -> frozenset[tuple[str, Any]]:
     """The key :func:`rulvar_otel.testing.metric_points` files a data point under."""
     return frozenset(mapping.items())
+
+
+def fold_reference(
+    meter_and_reader: tuple[Any, InMemoryMetricReader], name: str, with_outcome: bool = True
+) -> dict[str, Any]:
+    """The metric points of the corpus stream ``name`` fed to a recorder (and settled with its
+    outcome unless ``with_outcome`` is false)."""
+    meter, reader = meter_and_reader
+    result: Any = outcome(name) if with_outcome else None
+    feed(meter, events(name), result)
+    return metric_points(reader)
+
+
+def run_settled_key(
+    workflow: str, status: str, completion: str = "none", settled: bool = True, reason: str = "none"
+) -> frozenset[tuple[str, Any]]:
+    """The attribute set of one ``rulvar.runs.settled`` series."""
+    return attrs(
+        {
+            sc.WORKFLOW: workflow,
+            sc.STATUS: status,
+            sc.RUN_COMPLETION: completion,
+            sc.RUN_SETTLED: settled,
+            sc.RUN_SETTLED_REASON: reason,
+        }
+    )
+
+
+def phase_attributes(workflow: str, model: str, role: str, **extra: Any) -> dict[str, Any]:
+    """The attributes of an agent-phase series for ``model`` (``provider:model``)."""
+    return {
+        sc.WORKFLOW: workflow,
+        sc.GEN_AI_REQUEST_MODEL: model.partition(":")[2],
+        sc.GEN_AI_PROVIDER_NAME: model.partition(":")[0],
+        sc.AGENT_ROLE: role,
+        **extra,
+    }
+
+
+def count_and_sum(point: Any) -> tuple[int, float]:
+    """A histogram point's (count, sum)."""
+    count, total, _ = point
+    return count, total
