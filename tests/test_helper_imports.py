@@ -71,7 +71,7 @@ def test_the_checker_catches_every_way_round_the_surface() -> None:
         "from tests._support import events",
         "from tests import _support as fx",
         "import tests._support",
-        "from tests.test_sse import serve",
+        "from tests.test_dashboards import dashboards",
         "from rulvar_otel.testing import SpanCapture",
     )
     for source in allowed:

@@ -27,6 +27,9 @@ PromQL reading (``_promql``)
 OTLP receivers on loopback (``_receivers``)
     ``GrpcTraceReceiver``, ``HttpTraceReceiver``, ``TraceReceiver``, ``ReceivedSpan``,
     ``GrpcMetricsReceiver``, ``attributes_of``, ``span_index``, ``closed_port``.
+A Rulvar SSE server on loopback (``_sse_server``)
+    ``RulvarTestServer``, ``ServedRun``, ``served``, ``serve``, ``serve_in_thread``, ``frame``,
+    ``skip_status_line``, ``DropMode``, ``SLOW_NOTE``, ``OLD_SLOW_NOTE``.
 Live pipeline services (``_services``)
     ``binaries`` / ``Binaries``, ``start_collector``, ``start_jaeger`` / ``Jaeger`` /
     ``JaegerSpan``, ``start_prometheus`` / ``Prometheus``, ``Service``, ``otelcol_args``,
@@ -110,8 +113,30 @@ from tests._support._services import (
     wait_for,
     write_yaml,
 )
+from tests._support._sse_server import (
+    OLD_SLOW_NOTE,
+    SLOW_NOTE,
+    DropMode,
+    RulvarTestServer,
+    ServedRun,
+    frame,
+    serve,
+    serve_in_thread,
+    served,
+    skip_status_line,
+)
 
 __all__ = [
+    "OLD_SLOW_NOTE",
+    "DropMode",
+    "SLOW_NOTE",
+    "RulvarTestServer",
+    "ServedRun",
+    "frame",
+    "serve",
+    "serve_in_thread",
+    "served",
+    "skip_status_line",
     "count_and_sum",
     "fold_reference",
     "phase_attributes",
