@@ -28,8 +28,7 @@ from rulvar_otel.engine import (
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.otel import to_otel
 from rulvar_otel.testing import SpanCapture
-from tests._support import Run, make_engine, settle
-from tests.test_engine_openai_compat import SSE, FakeProvider, make, weather
+from tests._support import FakeProvider, Run, SseChunks, make_engine, make_openai_engine, settle, weather
 
 SECRET_PROSE = "zebra quartz nebula marmalade"
 
@@ -123,7 +122,7 @@ def test_the_openai_compatible_adapter_streams_server_sent_chunks(http_provider:
     provider.replies = [
         (
             200,
-            SSE(
+            SseChunks(
                 [
                     _chunk({"role": "assistant", "tool_calls": [call]}),
                     _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]}),
@@ -134,7 +133,7 @@ def test_the_openai_compatible_adapter_streams_server_sent_chunks(http_provider:
         ),
         (
             200,
-            SSE(
+            SseChunks(
                 [
                     _chunk({"role": "assistant", "content": ""}),
                     _chunk({"content": "Sunny "}),
@@ -150,7 +149,7 @@ def test_the_openai_compatible_adapter_streams_server_sent_chunks(http_provider:
         return await ctx.agent("weather in Oslo?", agent_type="forecaster", tools=[weather], stream=True)
 
     async def go() -> Run:
-        adapter, engine = make(provider.url)
+        adapter, engine = make_openai_engine(provider.url)
         try:
             return await settle(engine.run(streamed_forecast, {}))
         finally:
@@ -177,7 +176,7 @@ def test_a_streamed_error_status_is_the_same_typed_wire_error(http_provider: Fak
         return await ctx.agent("x", stream=True)
 
     async def go() -> Run:
-        adapter, engine = make(provider.url)
+        adapter, engine = make_openai_engine(provider.url)
         try:
             return await settle(engine.run(streamed_refusal, {}))
         finally:

@@ -41,18 +41,12 @@ from tests._support import (
     events,
     otlp_file_spans,
     outcome,
+    reference_span_count,
     run_cli,
     span_index,
 )
 
 pytestmark = pytest.mark.usefixtures("otel_env_cleared")
-
-
-def reference_span_count(name: str) -> int:
-    manifest = json.loads((REFERENCE / "manifest.json").read_text(encoding="utf-8"))
-    row = next(r for r in manifest if r["stream"] == f"streams/{name}.jsonl")
-    count: int = row["spans"]["nested"]["spanCount"]
-    return count
 
 
 def expected_span_count(name: str) -> int:

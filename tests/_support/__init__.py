@@ -7,7 +7,7 @@ what lives here is what only this project's tests need:
 
 Reference corpus (``_corpus``)
     ``REFERENCE``, ``STREAMS``, ``SPANS``, ``stream_names``, ``events``, ``outcome``,
-    ``reference_files``, ``load_reference``, ``MIN_STREAMS``, ``MIN_SPAN_TREES``,
+    ``reference_files``, ``load_reference``, ``reference_span_count``, ``MIN_STREAMS``, ``MIN_SPAN_TREES``,
     ``MissingFixtureError``.
 Span exports, hand-built events and the CLI (``_harness``)
     ``export`` / ``Export`` (``to_otel`` into a capture, spans indexed by start order), ``ev``,
@@ -18,6 +18,9 @@ A deterministic bundled engine (``_engine``)
     ``run_scenario``, ``Run``.
 Reference engine scenarios (``_engine_scenarios``)
     ``ENGINE_SCENARIOS`` (corpus stream name -> scenario builder), ``suspension_flow``.
+A fake OpenAI-compatible server (``_openai_server``)
+    ``FakeProvider``, ``SseChunks``, ``chat_completion``, ``make_openai_engine``, ``weather``,
+    ``FAKE_API_KEY``.
 Metric streams (``_metric_streams``)
     ``build_stream``, ``adaptive_stream``, ``adaptive_outcome``, ``unsettled_quota_stream``,
     ``feed``, ``fold_reference``, ``attrs``, ``run_settled_key``, ``phase_attributes``,
@@ -33,7 +36,7 @@ A Rulvar SSE server on loopback (``_sse_server``)
 Live pipeline services (``_services``)
     ``binaries`` / ``Binaries``, ``start_collector``, ``start_jaeger`` / ``Jaeger`` /
     ``JaegerSpan``, ``start_prometheus`` / ``Prometheus``, ``Service``, ``otelcol_args``,
-    ``otlp_attributes``, ``otlp_json_spans``, ``free_port``, ``wait_for``, ``write_yaml``,
+    ``otlp_attributes``, ``otlp_json_spans``, ``require_tool``, ``free_port``, ``wait_for``, ``write_yaml``,
     ``ROOT``, ``CONFIG``, ``BUILD_TIMEOUT_S``.
 """
 
@@ -50,6 +53,7 @@ from tests._support._corpus import (
     load_reference,
     outcome,
     reference_files,
+    reference_span_count,
     stream_names,
 )
 from tests._support._engine import PRICES, Run, TickClock, make_engine, no_sleep, run_scenario, settle
@@ -82,6 +86,14 @@ from tests._support._metric_streams import (
     run_settled_key,
     unsettled_quota_stream,
 )
+from tests._support._openai_server import (
+    FAKE_API_KEY,
+    FakeProvider,
+    SseChunks,
+    chat_completion,
+    make_openai_engine,
+    weather,
+)
 from tests._support._promql import assert_reads_only_the_registry, promql_references, registry_series_labels
 from tests._support._receivers import (
     GrpcMetricsReceiver,
@@ -107,6 +119,7 @@ from tests._support._services import (
     otelcol_args,
     otlp_attributes,
     otlp_json_spans,
+    require_tool,
     start_collector,
     start_jaeger,
     start_prometheus,
@@ -127,6 +140,14 @@ from tests._support._sse_server import (
 )
 
 __all__ = [
+    "reference_span_count",
+    "require_tool",
+    "FAKE_API_KEY",
+    "FakeProvider",
+    "SseChunks",
+    "chat_completion",
+    "make_openai_engine",
+    "weather",
     "OLD_SLOW_NOTE",
     "DropMode",
     "SLOW_NOTE",

@@ -21,6 +21,7 @@ __all__ = [
     "events",
     "load_reference",
     "outcome",
+    "reference_span_count",
     "reference_files",
     "stream_names",
 ]
@@ -79,3 +80,11 @@ def reference_files() -> Iterator[Path]:
 
 def load_reference(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+
+
+def reference_span_count(name: str) -> int:
+    """The span count the corpus manifest records for stream ``name`` (nested spans)."""
+    manifest = json.loads((REFERENCE / "manifest.json").read_text(encoding="utf-8"))
+    row = next(r for r in manifest if r["stream"] == f"streams/{name}.jsonl")
+    count: int = row["spans"]["nested"]["spanCount"]
+    return count
