@@ -53,4 +53,9 @@ async def settle(handle: EngineRunHandle) -> Run:
 
 
 def run_scenario(build: Callable[[], Awaitable[Run]]) -> Run:
-    return asyncio.run(build())
+    """Run a scenario builder to completion on a fresh event loop."""
+
+    async def settled() -> Run:
+        return await build()
+
+    return asyncio.run(settled())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -66,8 +67,9 @@ class FakeProvider:
 
 
 def chat_completion(
-    *, content: str | None = None, calls: list[tuple[str, str, dict[str, Any]]] = ()
-) -> dict[str, Any]:  # type: ignore[assignment]
+    *, content: str | None = None, calls: Sequence[tuple[str, str, dict[str, Any]]] = ()
+) -> dict[str, Any]:
+    """A non-streamed chat completion with fixed usage: ``content``, or tool ``calls`` (id, name, args)."""
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if calls:
         message["tool_calls"] = [
