@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests._otlp_receivers import GrpcTraceReceiver
+from tests._support import GrpcTraceReceiver
 
 __all__ = ["E2EResult", "export_to_receiver"]
 

@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.metrics import Meter
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.errors import RunRejectedError
 from rulvar_otel.export import SETTINGS
 from rulvar_otel.testing import MetricCapture, SpanCapture
-from tests import _fixtures
+from tests import _support
 
 # Files whose tests start real services are live by name too (test_*_live.py, test_phoenix*,
 # test_jaeger*, test_stack*), so a new one cannot forget the marker its module should carry.
@@ -47,11 +49,17 @@ def metric_capture() -> Iterator[MetricCapture]:
 
 
 @pytest.fixture
+def meter_and_reader(metric_capture: MetricCapture) -> tuple[Meter, InMemoryMetricReader]:
+    """The meter and the reader of :func:`metric_capture`, for tests that fold metrics by hand."""
+    return metric_capture.meter, metric_capture.reader
+
+
+@pytest.fixture
 def reference_stream() -> Callable[[str], tuple[list[dict[str, Any]], RunOutcome | RunRejectedError]]:
     """``reference_stream("tools")`` -> (a fresh copy of the corpus stream's events, its outcome)."""
 
     def load(name: str) -> tuple[list[dict[str, Any]], RunOutcome | RunRejectedError]:
-        return _fixtures.events(name), _fixtures.outcome(name)
+        return _support.events(name), _support.outcome(name)
 
     return load
 

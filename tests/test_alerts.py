@@ -10,24 +10,12 @@ from typing import Any
 import pytest
 import yaml
 
-from tests._metric_streams import assert_reads_only_the_registry
+from tests._support import assert_reads_only_the_registry, require_tool
 from tests.test_dashboards import generator_module
 
 PROMETHEUS_DIR = Path(__file__).resolve().parents[1] / "collector_config" / "prometheus"
 ALERTS = PROMETHEUS_DIR / "alerts.yml"
 ALERTS_TEST = PROMETHEUS_DIR / "alerts_test.yml"
-
-
-def require_tool(*names: str) -> str:
-    """The first of ``names`` on PATH; a clear failure (never a skip) when none is."""
-    for name in names:
-        found = shutil.which(name)
-        if found:
-            return found
-    pytest.fail(
-        f"{' / '.join(names)} is not on PATH: run scripts/install_test_services.sh first "
-        "(it installs Debian's prometheus and prometheus-alertmanager)"
-    )
 
 
 def _promtool(*args: str, cwd: Path = PROMETHEUS_DIR) -> subprocess.CompletedProcess[str]:

@@ -27,9 +27,15 @@ from rulvar_otel.export import (
     parse_otlp_json_line,
     spans_to_otlp_json,
 )
-from tests._fixtures import REFERENCE, STREAMS, events
-from tests._otel_harness import otlp_file_spans, run_cli, write_stream
-from tests.test_otlp_delivery import reference_span_count
+from tests._support import (
+    REFERENCE,
+    STREAMS,
+    events,
+    otlp_file_spans,
+    reference_span_count,
+    run_cli,
+    write_stream,
+)
 
 DEFAULT_FILE = "rulvar-traces.otlp.jsonl"
 SECRET = "sk-ant-PLANTEDSECRETVALUE0123456789abcdef"

@@ -23,9 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rulvar_otel.cli import app
-from tests._fixtures import STREAMS
-from tests._otel_harness import otlp_file_spans
-from tests._otlp_receivers import GrpcTraceReceiver, closed_port
+from tests._support import STREAMS, GrpcTraceReceiver, closed_port, otlp_file_spans
 
 pytestmark = [pytest.mark.usefixtures("otel_env_cleared"), pytest.mark.timeout(120)]
 
@@ -296,8 +294,7 @@ def test_userinfo_in_an_endpoint_never_reaches_the_terminal() -> None:
 def test_one_ctrl_c_during_a_live_tail_exports_what_arrived(tmp_path: Path) -> None:
     import asyncio
 
-    from tests._fixtures import events
-    from tests.test_sse import ServedRun, serve_in_thread
+    from tests._support import ServedRun, events, serve_in_thread
 
     live = events("suspension-live")
     # A suspended run whose resumption never comes: tail waits for it until interrupted.

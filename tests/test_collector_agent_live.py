@@ -29,10 +29,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Status, StatusCode
 
-from tests._fixtures import STREAMS
-from tests._pipeline import (
+from tests._support import (
     BUILD_TIMEOUT_S,
     CONFIG,
+    STREAMS,
     Jaeger,
     JaegerSpan,
     Prometheus,

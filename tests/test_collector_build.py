@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._pipeline import BUILD_TIMEOUT_S, ROOT, binaries
+from tests._support import BUILD_TIMEOUT_S, ROOT, binaries
 
 pytestmark = pytest.mark.timeout(BUILD_TIMEOUT_S)
 

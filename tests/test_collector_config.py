@@ -21,8 +21,7 @@ import yaml
 
 from rulvar_otel.core.masking import DEFAULT_SECRET_PATTERNS
 from rulvar_otel.otel import semconv as sc
-from tests._pipeline import BUILD_TIMEOUT_S, binaries
-from tests.test_alerts import require_tool
+from tests._support import BUILD_TIMEOUT_S, binaries, require_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "collector_config"

@@ -29,10 +29,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import Status, StatusCode, set_span_in_context
 
-from tests._fixtures import STREAMS
-from tests._pipeline import (
+from tests._support import (
     BUILD_TIMEOUT_S,
     CONFIG,
+    STREAMS,
     Jaeger,
     JaegerSpan,
     Service,

@@ -25,8 +25,8 @@ from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel._attributes import provider_name
-from tests import _fixtures as fx
-from tests._otel_harness import Export, export, ms
+from tests import _support as fx
+from tests._support import Export, export, ms
 
 MAPPING_DOC = Path(__file__).resolve().parent.parent / "docs" / "otel-mapping.md"
 
@@ -61,9 +61,9 @@ OPENERS = {
 }
 CLOSERS_THE_REFERENCE_DROPS = {"run:end", "agent:end", "agent:phase:end", "child:end"}
 
-# Attributes the reference never writes, whose presence and values the rule tests below and
-# tests/test_mapper_rules.py pin: the usage breakdown (USAGE_ON_ONE_LEVEL), error.type (ERRORS),
-# the inferred-parent markers (ONE_TRACE_PER_RUN) and the inferred-end marker (INFERRED_ENDS).
+# Attributes the reference never writes, whose presence and values the rule tests below and the
+# mapper tests (tests/test_mapper_*.py) pin: the usage breakdown (USAGE_ON_ONE_LEVEL), error.type
+# (ERRORS), the inferred-parent markers (ONE_TRACE_PER_RUN) and the inferred-end marker (INFERRED_ENDS).
 ADDITIVE = {
     sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
     sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS,

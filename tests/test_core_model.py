@@ -28,7 +28,7 @@ from rulvar_otel.core.events import (
     event_to_wire,
 )
 from rulvar_otel.errors import ConfigError, EventError
-from tests import _fixtures as fx
+from tests import _support as fx
 
 # --- events ----------------------------------------------------------------------------------
 

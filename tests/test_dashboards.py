@@ -20,7 +20,7 @@ from rulvar_otel.otel.metrics.registry import (
     SPAN_METRICS_DURATION_UNIT,
     SPAN_METRICS_NAMESPACE,
 )
-from tests._metric_streams import assert_reads_only_the_registry, promql_references, registry_series_labels
+from tests._support import assert_reads_only_the_registry, promql_references, registry_series_labels
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARDS = ROOT / "dashboards"

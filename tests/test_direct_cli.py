@@ -11,9 +11,15 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
 from rulvar_otel.export import iter_otlp_json_file
-from tests._fixtures import STREAMS, stream_names
-from tests._otel_harness import run_cli
-from tests._otlp_receivers import GrpcMetricsReceiver, GrpcTraceReceiver, HttpTraceReceiver, closed_port
+from tests._support import (
+    STREAMS,
+    GrpcMetricsReceiver,
+    GrpcTraceReceiver,
+    HttpTraceReceiver,
+    closed_port,
+    run_cli,
+    stream_names,
+)
 
 PIPELINES = ("direct", "sdk")
 

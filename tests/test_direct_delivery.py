@@ -16,8 +16,7 @@ from rulvar_otel.otel import export_events
 from rulvar_otel.otel._records import SpanRecord
 from rulvar_otel.otel.direct import DirectSpanSink, grpc_span_exporter
 from rulvar_otel.otel.ids import RulvarIdGenerator
-from tests._fixtures import events, outcome
-from tests._otlp_receivers import GrpcTraceReceiver, HttpTraceReceiver, ReceivedSpan, closed_port
+from tests._support import GrpcTraceReceiver, HttpTraceReceiver, ReceivedSpan, closed_port, events, outcome
 
 
 def _expected(name: str) -> list[ReadableSpan]:

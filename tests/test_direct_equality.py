@@ -26,8 +26,7 @@ from rulvar_otel.otel import export_events, semconv
 from rulvar_otel.otel._encode import EncodedBatch
 from rulvar_otel.otel.direct import export_events_direct
 from rulvar_otel.otel.ids import RulvarIdGenerator
-from tests._fixtures import events, outcome, stream_names
-from tests._otel_harness import ev
+from tests._support import ev, events, outcome, stream_names
 
 _RESOURCE = Resource.create({SERVICE_NAME: "equality"})
 

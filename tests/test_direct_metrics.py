@@ -16,8 +16,7 @@ from rulvar_otel.core.drain import drain_events
 from rulvar_otel.core.masking import compile_secret_masker
 from rulvar_otel.otel.direct_metrics import MetricsAggregator, otlp_reader, prometheus_reader
 from rulvar_otel.otel.metrics import COLLECT_HOOK_NAME, MetricsRecorder
-from tests._fixtures import events, outcome, stream_names
-from tests._otlp_receivers import GrpcMetricsReceiver
+from tests._support import GrpcMetricsReceiver, events, outcome, stream_names
 
 Series = dict[tuple[str, tuple[tuple[str, Any], ...]], Any]
 

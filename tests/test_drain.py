@@ -23,8 +23,8 @@ from rulvar_otel.core.reducers import (
 from rulvar_otel.errors import RunRejectedError
 from rulvar_otel.otel._mapper import SpanMapper
 from rulvar_otel.otel.metrics import MetricsRecorder
-from tests._fixtures import events
-from tests._otel_harness import Recorder, ev, provider
+from rulvar_otel.testing import SpanCapture
+from tests._support import ev, events
 
 
 class Recording:
@@ -81,15 +81,15 @@ class BrokenSource:
         return lambda: None
 
 
-def _every_kind_of_sink() -> tuple[list[Sink], Recorder, InMemoryMetricReader, ProgressState, Recording]:
-    recorder = Recorder()
+def _every_kind_of_sink() -> tuple[list[Sink], SpanCapture, InMemoryMetricReader, ProgressState, Recording]:
+    capture = SpanCapture()
     reader = InMemoryMetricReader()
     masker = compile_secret_masker()
-    mapper = SpanMapper(provider(recorder).get_tracer("t"), masker)
+    mapper = SpanMapper(capture.tracer, masker)
     metrics = MetricsRecorder(MeterProvider(metric_readers=[reader]).get_meter("t"), masker)
     progress = ProgressState()
     recording = Recording()
-    return [mapper, metrics, progress, recording], recorder, reader, progress, recording
+    return [mapper, metrics, progress, recording], capture, reader, progress, recording
 
 
 @pytest.mark.parametrize("rejection", [RuntimeError("rejected"), None], ids=["rejecting", "resolving"])

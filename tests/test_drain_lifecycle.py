@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rulvar_otel.core.lifecycle import AgentLifecycle
 from rulvar_otel.core.reducers import reduce_critical_path
-from tests._otel_harness import ev
+from tests._support import ev
 
 
 def test_a_duplicate_opener_changes_nothing_while_the_span_is_open() -> None:

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import compile_secret_masker
 from rulvar_otel.otel._runs import RunRouter
-from tests._otel_harness import ev
+from tests._support import ev
 
 
 class Seen:

@@ -20,7 +20,7 @@ from rulvar_otel.engine import (
     workflow,
 )
 from rulvar_otel.errors import ConfigError
-from tests.test_engine_scenarios import PRICES, TickClock, _no_sleep
+from tests._support import PRICES, TickClock, no_sleep
 
 SECRET = "sk-abc123def456ghi789jkl012"
 
@@ -37,7 +37,7 @@ async def two_agents(ctx: Any, args: Any) -> Any:
 def engine(**options: Any) -> Any:
     options.setdefault("pricing", PRICES)
     options.setdefault("clock", TickClock())
-    options.setdefault("sleep", _no_sleep)
+    options.setdefault("sleep", no_sleep)
     return create_engine([options.pop("adapter", ScriptedAdapter("fake"))], **options)
 
 

@@ -17,8 +17,7 @@ from rulvar_otel.engine import (
     ScriptedAdapter,
     workflow,
 )
-from tests._otel_harness import export
-from tests.test_engine_scenarios import Run, make_engine, settle
+from tests._support import Run, export, make_engine, settle
 
 
 @workflow("crowd")

@@ -21,7 +21,7 @@ from rulvar_otel.engine import (
     tool,
     workflow,
 )
-from tests.test_engine_scenarios import Run, TickClock, make_engine, settle
+from tests._support import Run, TickClock, make_engine, settle
 
 
 @workflow("gated")

@@ -16,7 +16,7 @@ from rulvar_otel.engine import (
     workflow,
 )
 from rulvar_otel.errors import ConfigError
-from tests.test_engine_scenarios import Run, make_engine, settle
+from tests._support import Run, make_engine, settle
 
 
 def _error(outcome: RunOutcome) -> dict[str, Any]:

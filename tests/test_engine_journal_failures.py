@@ -31,7 +31,7 @@ from rulvar_otel.engine import (
     workflow,
 )
 from rulvar_otel.errors import RunRejectedError
-from tests.test_engine_scenarios import make_engine
+from tests._support import make_engine
 
 SECRET_LINE = '{"seq": "sk-planted0123456789abcdef", "kind": "agent", "ts": "x", "data": {}}'
 

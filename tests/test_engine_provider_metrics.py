@@ -18,7 +18,7 @@ from opentelemetry.semconv._incubating.metrics.gen_ai_metrics import (
 )
 
 from rulvar_otel.engine import Fail, InMemoryJournalStore, Reply, RetryPolicy, ScriptedAdapter, workflow
-from tests.test_engine_scenarios import make_engine
+from tests._support import make_engine
 
 SECRET = "sk-plantedmodel0123456789"
 

@@ -21,8 +21,7 @@ from rulvar_otel.engine import (
 )
 from rulvar_otel.engine.demo import build_demo, demo_adapter
 from rulvar_otel.errors import RunNotFoundError
-from tests._otel_harness import export
-from tests.test_engine_scenarios import PRICES, TickClock, _no_sleep, settle
+from tests._support import PRICES, TickClock, export, no_sleep, settle
 
 
 @tool
@@ -54,7 +53,7 @@ def pipeline_adapter() -> ScriptedAdapter:
 
 
 def engine_for(store: JsonlJournalStore, adapter: ScriptedAdapter) -> Any:
-    return create_engine([adapter], journal=store, pricing=PRICES, clock=TickClock(), sleep=_no_sleep)
+    return create_engine([adapter], journal=store, pricing=PRICES, clock=TickClock(), sleep=no_sleep)
 
 
 def test_kill_and_resume_replays_completed_calls_with_zero_adapter_calls(tmp_path: Path) -> None:

@@ -27,10 +27,8 @@ from rulvar_otel.engine import (
 )
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.otel import to_otel
-from tests._otel_harness import Recorder
-from tests._otel_harness import provider as tracer_provider
-from tests.test_engine_openai_compat import SSE, FakeProvider, make, weather
-from tests.test_engine_scenarios import Run, make_engine, settle
+from rulvar_otel.testing import SpanCapture
+from tests._support import FakeProvider, Run, SseChunks, make_engine, make_openai_engine, settle, weather
 
 SECRET_PROSE = "zebra quartz nebula marmalade"
 
@@ -63,16 +61,15 @@ async def _streamed_run() -> tuple[Run, Run, list[Any], bytes, str]:
     store = InMemoryJournalStore()
     engine = make_engine([streamed_adapter()], journal=store)
     handle = engine.run(streamed, {}, run_id="stream-1")
-    recorder = Recorder()
-    tp = tracer_provider(recorder)
+    capture = SpanCapture()
     reader = InMemoryMetricReader()
     meters = MeterProvider(metric_readers=[reader])
     meter = meters.get_meter("test")
     # Exported live, while the agent streams.
-    await to_otel(handle, tp.get_tracer("test"), meter=meter)
+    await to_otel(handle, capture.tracer, meter=meter)
     live = await settle(handle)
     replay = await settle(engine.resume("stream-1", streamed, dry_run=True))
-    otlp = encode_spans(recorder.ended).SerializeToString()
+    otlp = encode_spans(capture.ended).SerializeToString()
     data = reader.get_metrics_data()
     assert data is not None
     metrics = data.to_json()
@@ -125,7 +122,7 @@ def test_the_openai_compatible_adapter_streams_server_sent_chunks(http_provider:
     provider.replies = [
         (
             200,
-            SSE(
+            SseChunks(
                 [
                     _chunk({"role": "assistant", "tool_calls": [call]}),
                     _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]}),
@@ -136,7 +133,7 @@ def test_the_openai_compatible_adapter_streams_server_sent_chunks(http_provider:
         ),
         (
             200,
-            SSE(
+            SseChunks(
                 [
                     _chunk({"role": "assistant", "content": ""}),
                     _chunk({"content": "Sunny "}),
@@ -152,7 +149,7 @@ def test_the_openai_compatible_adapter_streams_server_sent_chunks(http_provider:
         return await ctx.agent("weather in Oslo?", agent_type="forecaster", tools=[weather], stream=True)
 
     async def go() -> Run:
-        adapter, engine = make(provider.url)
+        adapter, engine = make_openai_engine(provider.url)
         try:
             return await settle(engine.run(streamed_forecast, {}))
         finally:
@@ -179,7 +176,7 @@ def test_a_streamed_error_status_is_the_same_typed_wire_error(http_provider: Fak
         return await ctx.agent("x", stream=True)
 
     async def go() -> Run:
-        adapter, engine = make(provider.url)
+        adapter, engine = make_openai_engine(provider.url)
         try:
             return await settle(engine.run(streamed_refusal, {}))
         finally:

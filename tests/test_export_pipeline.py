@@ -33,8 +33,7 @@ from rulvar_otel.export import (
 )
 from rulvar_otel.export._batching import BlockingBatchSpanProcessor
 from rulvar_otel.export._settings import read_int, resolve_protocol
-from tests._fixtures import STREAMS, events
-from tests._otel_harness import otlp_file_spans
+from tests._support import STREAMS, events, otlp_file_spans
 
 pytestmark = pytest.mark.usefixtures("otel_env_cleared")
 

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from rulvar_otel.otel import export_events
 from rulvar_otel.otel.ids import SPAN_IDENTITY, RulvarIdGenerator, derive_span_id, derive_trace_id
-from tests._fixtures import events, outcome
+from tests._support import events, outcome
 
 SCENARIOS = ["tools", "nested", "orchestrate", "phases", "approval", "large"]
 

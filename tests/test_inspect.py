@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from rulvar_otel.cli import app
 from rulvar_otel.cli._inspect import run_inspect
 from rulvar_otel.core.masking import MASKED_SECRET
-from tests._fixtures import STREAMS, events
+from tests._support import STREAMS, events
 
 
 def _run(path: Path | str, *, as_json: bool, patterns: list[str] | None = None) -> tuple[int, str, str]:

@@ -22,7 +22,7 @@ from rulvar_otel.sources import (
     read_jsonl_events,
 )
 from rulvar_otel.sources.jsonl import MAX_KEPT_ERRORS
-from tests._fixtures import STREAMS, events
+from tests._support import STREAMS, events
 
 
 def event(seq: int, **extra: Any) -> dict[str, Any]:

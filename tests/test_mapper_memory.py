@@ -11,7 +11,8 @@ from opentelemetry.trace import NoOpTracer
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.otel import create_mapper
 from rulvar_otel.otel import semconv as sc
-from tests._otel_harness import Recorder, ev, export, provider, t
+from rulvar_otel.testing import SpanCapture
+from tests._support import ev, export, t
 
 OK = RunOutcome(status="ok")
 TOOLS = 700  # enough ended tool spans to prune the open stack more than once
@@ -67,7 +68,7 @@ def test_a_long_stream_exports_the_same_shape_with_pruned_state() -> None:
 
 def test_ended_records_are_released() -> None:
     memory = InMemorySpanExporter()
-    sdk = provider(Recorder())
+    sdk = SpanCapture().provider
     sdk.add_span_processor(SimpleSpanProcessor(memory))
     for tracer in (sdk.get_tracer("t"), NoOpTracer()):
         mapper = create_mapper(tracer)

@@ -24,8 +24,7 @@ from rulvar_otel.core.masking import compile_secret_masker
 from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel.metrics import COLLECT_HOOK_NAME, REGISTRY, MetricsRecorder
 from rulvar_otel.otel.metrics.registry import FINISH, FoldState, InstrumentKind
-from tests._fixtures import events, outcome, stream_names
-from tests._metric_streams import adaptive_outcome, adaptive_stream
+from tests._support import adaptive_outcome, adaptive_stream, events, outcome, stream_names
 
 Points = dict[str, dict[frozenset[tuple[str, Any]], Any]]
 

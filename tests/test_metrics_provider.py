@@ -21,8 +21,8 @@ from rulvar_otel.errors import ConfigError
 from rulvar_otel.export import MetricsSetup, build_meter_provider
 from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel.exporter import export_events
-from tests._fixtures import events, outcome
-from tests._metric_streams import adaptive_outcome, adaptive_stream, feed, points
+from rulvar_otel.testing import metric_points
+from tests._support import adaptive_outcome, adaptive_stream, events, feed, outcome
 
 
 @pytest.mark.parametrize(
@@ -152,7 +152,7 @@ def _one_pass(stream: list[dict[str, Any]], result: Any) -> tuple[dict[str, Any]
     count = export_events(
         stream, tracers.get_tracer("t"), outcome=result, meter=meters.get_meter("rulvar_otel")
     )
-    data = points(reader)
+    data = metric_points(reader)
     meters.shutdown()
     assert count == len(spans.get_finished_spans())
     return data, count
@@ -165,7 +165,7 @@ def test_the_exporter_pass_records_exactly_what_the_recorder_alone_records(name:
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
     feed(provider.get_meter("rulvar_otel"), events(name), outcome(name))
-    assert with_spans == points(reader)
+    assert with_spans == metric_points(reader)
     provider.shutdown()
 
 

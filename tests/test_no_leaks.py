@@ -29,9 +29,8 @@ from rulvar_otel.core.handle import handle_from_events
 from rulvar_otel.core.masking import default_masker
 from rulvar_otel.export import MetricsSetup, build_meter_provider
 from rulvar_otel.otel import to_otel
-from tests import _fixtures as fx
-from tests._otel_harness import export
-from tests._otlp_receivers import HttpTraceReceiver
+from tests import _support as fx
+from tests._support import HttpTraceReceiver, export
 
 SECRET = "sk-PLANTEDplantedPLANTED0123"
 CONTENT = "CONTENTMARK"

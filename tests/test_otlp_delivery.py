@@ -29,26 +29,24 @@ from rulvar_otel.export import (
     resolve_service_name,
 )
 from rulvar_otel.otel.exporter import export_events
-from tests._fixtures import REFERENCE, STREAMS, events, outcome
-from tests._otel_harness import otlp_file_spans, run_cli
-from tests._otlp_receivers import (
+from tests._support import (
+    REFERENCE,
+    STREAMS,
     GrpcMetricsReceiver,
     GrpcTraceReceiver,
     HttpTraceReceiver,
     ReceivedSpan,
     TraceReceiver,
     closed_port,
+    events,
+    otlp_file_spans,
+    outcome,
+    reference_span_count,
+    run_cli,
     span_index,
 )
 
 pytestmark = pytest.mark.usefixtures("otel_env_cleared")
-
-
-def reference_span_count(name: str) -> int:
-    manifest = json.loads((REFERENCE / "manifest.json").read_text(encoding="utf-8"))
-    row = next(r for r in manifest if r["stream"] == f"streams/{name}.jsonl")
-    count: int = row["spans"]["nested"]["spanCount"]
-    return count
 
 
 def expected_span_count(name: str) -> int:

@@ -15,9 +15,7 @@ import pytest
 
 from rulvar_otel.core.handle import handle_from_events
 from rulvar_otel.export import ExportOptions, FailureKind, export_run
-from tests._fixtures import STREAMS, events
-from tests._otel_harness import run_cli
-from tests.test_sse import serve_in_thread, served
+from tests._support import STREAMS, events, run_cli, serve_in_thread, served
 
 pytestmark = pytest.mark.usefixtures("otel_env_cleared")
 

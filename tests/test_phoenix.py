@@ -32,7 +32,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from rulvar_otel.otel import export_events
 from rulvar_otel.otel import semconv as sc
-from tests._fixtures import events, outcome
+from tests._support import events, outcome
 
 PHOENIX_REQUIREMENT = "arize-phoenix==20.26.1"
 INSTALL_TIMEOUT_S = 900

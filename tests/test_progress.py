@@ -20,7 +20,7 @@ from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import MASKED_SECRET, compile_secret_masker
 from rulvar_otel.core.progress import ProgressState, format_duration, format_usd, render_progress
 from rulvar_otel.errors import ConfigError
-from tests._fixtures import STREAMS, events
+from tests._support import STREAMS, events
 
 HOSTILE = "evil\x1b[2J\x1b]0;pwned\x07\nFORGED LINE\x9b31m sk-abcdefghijklmnopqrstuvwx"
 

@@ -30,8 +30,7 @@ import pytest
 import yaml
 
 from rulvar_otel.otel.metrics import REGISTRY
-from tests._fixtures import STREAMS
-from tests._metric_streams import adaptive_outcome, adaptive_stream, build_stream, unsettled_quota_stream
+from tests._support import STREAMS, adaptive_outcome, adaptive_stream, build_stream, unsettled_quota_stream
 from tests.test_alerts import ALERTS, require_tool
 from tests.test_dashboards import dashboards, generator_module, panel_queries, runnable
 

@@ -15,7 +15,7 @@ from rulvar_otel.core.reducers import (
     synthesize_span_class,
     union_length,
 )
-from tests._fixtures import events, stream_names
+from tests._support import events, stream_names
 
 RUN = "r-synth"
 

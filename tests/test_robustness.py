@@ -25,9 +25,9 @@ from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.export import iter_otlp_json_file
 from rulvar_otel.otel import create_mapper, export_events, to_otel
 from rulvar_otel.otel import semconv as sc
-from tests._fixtures import events as stream_events
-from tests._otel_harness import Recorder, ev, export, provider, t
-from tests._otlp_receivers import GrpcTraceReceiver, HttpTraceReceiver, TraceReceiver
+from rulvar_otel.testing import SpanCapture
+from tests._support import GrpcTraceReceiver, HttpTraceReceiver, TraceReceiver, ev, export, t
+from tests._support import events as stream_events
 
 _TYPES = st.sampled_from(sorted(KNOWN_EVENT_TYPES)) | st.text(max_size=12)
 _SPAN_IDS = st.sampled_from(["s0", "s1", "s2", "s3", "x"]) | st.text(max_size=4)
@@ -102,11 +102,11 @@ _OUTCOMES = (
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(events(), max_size=40), _OUTCOMES)
 def test_any_event_sequence_exports_and_ends_every_span(stream: list[dict[str, Any]], outcome: Any) -> None:
-    recorder = Recorder()
-    tracer = provider(recorder).get_tracer("t")
+    capture = SpanCapture()
+    tracer = capture.tracer
     returned = export_events(stream, tracer, outcome=outcome)
-    assert returned == len(recorder.started) == len(recorder.ended)
-    for span in recorder.ended:
+    assert returned == len(capture.spans) == len(capture.ended)
+    for span in capture.ended:
         assert span.end_time is not None and span.start_time is not None
         assert span.end_time >= span.start_time
 
@@ -138,10 +138,10 @@ def test_any_event_sequence_exports_and_ends_every_span(stream: list[dict[str, A
     )
 )
 def test_any_order_of_well_formed_events_ends_every_span(stream: list[dict[str, Any]]) -> None:
-    recorder = Recorder()
-    returned = export_events(stream, provider(recorder).get_tracer("t"))
-    assert returned == len(recorder.started) == len(recorder.ended)
-    assert len({s.context.trace_id for s in recorder.ended}) <= 1
+    capture = SpanCapture()
+    returned = export_events(stream, capture.tracer)
+    assert returned == len(capture.spans) == len(capture.ended)
+    assert len({s.context.trace_id for s in capture.ended}) <= 1
 
 
 def test_a_failing_source_and_a_rejecting_result_never_fail_the_export() -> None:
@@ -167,10 +167,10 @@ def test_a_failing_source_and_a_rejecting_result_never_fail_the_export() -> None
         def on(self, kind: str, callback: Any) -> Any:
             return lambda: None
 
-    recorder = Recorder()
-    count = asyncio.run(to_otel(Broken(), provider(recorder).get_tracer("t")))
-    assert count == 2 == len(recorder.ended)
-    assert all(s.status.status_code.name == "ERROR" for s in recorder.ended)
+    capture = SpanCapture()
+    count = asyncio.run(to_otel(Broken(), capture.tracer))
+    assert count == 2 == len(capture.ended)
+    assert all(s.status.status_code.name == "ERROR" for s in capture.ended)
 
 
 # --- timestamps (docs/otel-mapping.md#timestamps) ------------------------------------------------
@@ -246,15 +246,15 @@ def test_a_stream_with_no_usable_ts_at_all_is_stamped_at_the_export_time(
 
 
 def test_events_waiting_for_a_first_ts_are_bounded() -> None:
-    recorder = Recorder()
-    mapper = create_mapper(provider(recorder).get_tracer("t"))
+    capture = SpanCapture()
+    mapper = create_mapper(capture.tracer)
     mapper.feed(ev("run:start", 0, "s0", workflow="w") | {"ts": "bad"})
-    assert recorder.started == []  # held for the first usable ts
+    assert capture.spans == []  # held for the first usable ts
     for seq in range(1, 2000):
         mapper.feed(ev("log", seq, "s0", level="info", msg="m") | {"ts": "bad"})
-    assert len(recorder.started) == 1  # the hold ended at its bound: memory stays bounded
+    assert len(capture.spans) == 1  # the hold ended at its bound: memory stays bounded
     mapper.finish(RunOutcome(status="ok"))
-    assert len(recorder.ended) == 1 and len(recorder.ended[0].events) == 1999
+    assert len(capture.ended) == 1 and len(capture.ended[0].events) == 1999
 
 
 def _large_with_one_bad_time(tmp_path: Path, ts: str) -> tuple[Path, str]:

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from rulvar_otel.cli import app
 from rulvar_otel.errors import SourceError
 from rulvar_otel.sources.sse import ReconnectPolicy, ServerRunHandle
-from tests.test_sse import RulvarTestServer, frame, serve, serve_in_thread, served
+from tests._support import RulvarTestServer, frame, serve, serve_in_thread, served
 
 pytestmark = pytest.mark.timeout(60)
 

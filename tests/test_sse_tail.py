@@ -11,8 +11,7 @@ from typer.testing import CliRunner
 
 from rulvar_otel.cli import app
 from rulvar_otel.otel import export_events
-from tests._fixtures import events, outcome
-from tests.test_sse import RulvarTestServer, ServedRun, serve_in_thread, served
+from tests._support import RulvarTestServer, ServedRun, events, outcome, serve_in_thread, served
 
 
 def _spans(path: Path) -> list[dict[str, Any]]:

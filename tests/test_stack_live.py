@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests._pipeline import BUILD_TIMEOUT_S, ROOT, binaries, free_port, wait_for
+from tests._support import BUILD_TIMEOUT_S, ROOT, binaries, free_port, wait_for
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(BUILD_TIMEOUT_S)]
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests import _fixtures as fx
+from tests import _support as fx
 
 ROOT = Path(__file__).resolve().parents[1]
 _OUTSIDE = "../" + "shared"  # spelled in two parts so this file does not match its own check
@@ -44,13 +44,11 @@ def test_no_file_in_the_repository_refers_outside_it() -> None:
     assert offenders == []
 
 
-def test_a_missing_corpus_fails_loudly(tmp_path: Path, monkeypatch: object) -> None:
+def test_a_missing_corpus_fails_loudly(tmp_path: Path) -> None:
     import pytest
 
-    assert isinstance(monkeypatch, pytest.MonkeyPatch)
-    monkeypatch.setattr(fx, "STREAMS", tmp_path)
     with pytest.raises(fx.MissingFixtureError, match="at least 43 streams"):
-        fx.stream_names()
+        fx.stream_names(tmp_path)
 
 
 def test_a_copy_with_nothing_beside_it_runs_the_conformance_subset(tmp_path: Path) -> None:

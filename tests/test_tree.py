@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from rulvar_otel.cli import app
 from rulvar_otel.cli._tree import MAX_LABEL_CHARS, print_span_tree
 from rulvar_otel.otel import export_events
-from tests._fixtures import STREAMS, events, stream_names
+from tests._support import STREAMS, events, stream_names
 
 LONG = "a-very-long-workflow-name-" + "that-goes-on-" * 12 + "end"
 

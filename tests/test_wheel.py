@@ -136,7 +136,7 @@ def test_the_installed_command_writes_every_asset_byte_for_byte(
 
     # The written pipeline works where it was written: Prometheus's config and rule files check,
     # and the alert rules pass their promtool unit tests.
-    from tests.test_alerts import require_tool
+    from tests._support import require_tool
 
     promtool = require_tool("promtool")
     prometheus = out / "collector_config" / "prometheus"

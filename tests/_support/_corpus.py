@@ -1,10 +1,9 @@
-"""Access to the in-repo reference corpus (`tests/fixtures/reference`, see its README)."""
+"""The in-repo reference corpus (`tests/fixtures/reference`, see its README): streams, outcomes, trees."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,22 @@ from typing import Any
 from rulvar_otel.core.handle import RunOutcome, outcome_from_json
 from rulvar_otel.errors import RunRejectedError
 
-REFERENCE = Path(__file__).resolve().parent / "fixtures" / "reference"
+__all__ = [
+    "MIN_SPAN_TREES",
+    "MIN_STREAMS",
+    "REFERENCE",
+    "SPANS",
+    "STREAMS",
+    "MissingFixtureError",
+    "events",
+    "load_reference",
+    "outcome",
+    "reference_span_count",
+    "reference_files",
+    "stream_names",
+]
+
+REFERENCE = Path(__file__).resolve().parents[1] / "fixtures" / "reference"
 STREAMS = REFERENCE / "streams"
 SPANS = REFERENCE / "spans"
 
@@ -26,17 +40,18 @@ class MissingFixtureError(AssertionError):
     """The reference corpus is missing or incomplete in this checkout."""
 
 
-def _require(paths: list[Path], minimum: int, what: str) -> list[Path]:
+def _require(paths: list[Path], minimum: int, what: str, where: Path) -> list[Path]:
     if len(paths) < minimum:
         raise MissingFixtureError(
-            f"expected at least {minimum} {what} under {REFERENCE}, found {len(paths)}: "
+            f"expected at least {minimum} {what} under {where}, found {len(paths)}: "
             "the reference corpus is incomplete"
         )
     return paths
 
 
-def stream_names() -> list[str]:
-    paths = _require(sorted(STREAMS.glob("*.jsonl")), MIN_STREAMS, "streams")
+def stream_names(streams: Path = STREAMS) -> list[str]:
+    """The names of the streams in ``streams`` (the corpus's by default), sorted."""
+    paths = _require(sorted(streams.glob("*.jsonl")), MIN_STREAMS, "streams", streams)
     return [p.name.removesuffix(".jsonl") for p in paths]
 
 
@@ -55,23 +70,21 @@ def events(name: str) -> list[dict[str, Any]]:
 
 
 def outcome(name: str) -> RunOutcome | RunRejectedError:
+    """How the corpus stream ``name`` settled."""
     return outcome_from_json(json.loads((STREAMS / f"{name}.outcome.json").read_text(encoding="utf-8")))
 
 
-@dataclass(frozen=True)
-class Reference:
-    name: str
-    path: Path
-    data: dict[str, Any]
-
-    @property
-    def stream(self) -> str:
-        return self.data["scenario"] if (STREAMS / f"{self.data['scenario']}.jsonl").exists() else self.name
-
-
 def reference_files() -> Iterator[Path]:
-    yield from _require(sorted(SPANS.glob("*.json")), MIN_SPAN_TREES, "span trees")
+    yield from _require(sorted(SPANS.glob("*.json")), MIN_SPAN_TREES, "span trees", SPANS)
 
 
 def load_reference(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+
+
+def reference_span_count(name: str) -> int:
+    """The span count the corpus manifest records for stream ``name`` (nested spans)."""
+    manifest = json.loads((REFERENCE / "manifest.json").read_text(encoding="utf-8"))
+    row = next(r for r in manifest if r["stream"] == f"streams/{name}.jsonl")
+    count: int = row["spans"]["nested"]["spanCount"]
+    return count

@@ -1,4 +1,4 @@
-"""Real OTLP trace receivers on 127.0.0.1 for delivery tests and benchmarks.
+"""Real OTLP receivers on 127.0.0.1 for delivery tests and benchmarks: traces (gRPC, HTTP) and metrics (gRPC).
 
 :class:`GrpcTraceReceiver` serves opentelemetry-proto's ``TraceService`` with grpcio;
 :class:`HttpTraceReceiver` answers ``POST /v1/traces`` (binary protobuf, optionally gzip) with a

@@ -1,4 +1,7 @@
-"""Hand-built metric streams and PromQL readers shared by the metrics, alert and live Prometheus tests.
+"""Metric streams and folds shared by the metrics and live Prometheus tests.
+
+Hand-built streams, :func:`feed` (a recorder over a stream), :func:`fold_reference` (the points
+of a corpus stream) and the attribute keys the folds are compared by.
 
 The reference corpus has no escalation, reclaim, rejected spawn or quota exhaustion; the adaptive
 stream below carries them so every registry metric has data. No test functions live here.
@@ -6,7 +9,6 @@ stream below carries them so every registry metric has data. No test functions l
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,8 +17,24 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import SecretMasker
+from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel.metrics import MetricsRecorder
-from rulvar_otel.testing import MetricPoint, metric_points
+from rulvar_otel.testing import metric_points
+from tests._support._corpus import events, outcome
+
+__all__ = [
+    "T0",
+    "adaptive_outcome",
+    "adaptive_stream",
+    "attrs",
+    "build_stream",
+    "count_and_sum",
+    "feed",
+    "fold_reference",
+    "phase_attributes",
+    "run_settled_key",
+    "unsettled_quota_stream",
+]
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -176,85 +194,56 @@ def feed(
     outcome: RunOutcome | BaseException | None = None,
     masker: SecretMasker | None = None,
 ) -> None:
+    """Observe ``events`` with a :class:`MetricsRecorder` on ``meter`` and settle it with ``outcome``."""
     recorder = MetricsRecorder(meter, masker)
     for event in events:
         recorder.observe(event)
     recorder.finish(outcome)
 
 
-Point = MetricPoint
-
-
-def points(reader: InMemoryMetricReader) -> dict[str, dict[frozenset[tuple[str, Any]], Point]]:
-    """name -> {attribute set: value} (histograms: (count, sum, bucket counts))."""
-    return metric_points(reader)
-
-
 def attrs(mapping: Mapping[str, Any]) -> frozenset[tuple[str, Any]]:
-    """The key :func:`points` files a data point under."""
+    """The key :func:`rulvar_otel.testing.metric_points` files a data point under."""
     return frozenset(mapping.items())
 
 
-# --- PromQL reading for the dashboard and alert tests ---------------------------------------------
-
-_SELECTOR = re.compile(
-    r"(?<![\w$.])([a-zA-Z_:][\w:]*)\s*(\{[^}]*\})?\s*(?=\[|\{|\)|\s+offset|\s*$|\s+(?:unless|or|and)\b)"
-)
-_MATCHER = re.compile(r"([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)\s*\"")
-_GROUPING = re.compile(r"\b(?:by|without)\s*\(([^)]*)\)")
-_FUNCTIONS = {
-    "sum",
-    "rate",
-    "increase",
-    "delta",
-    "last_over_time",
-    "histogram_quantile",
-    "by",
-    "offset",
-    "unless",
-    "or",
-    "and",
-}
+def fold_reference(
+    meter_and_reader: tuple[Any, InMemoryMetricReader], name: str, with_outcome: bool = True
+) -> dict[str, Any]:
+    """The metric points of the corpus stream ``name`` fed to a recorder (and settled with its
+    outcome unless ``with_outcome`` is false)."""
+    meter, reader = meter_and_reader
+    result: Any = outcome(name) if with_outcome else None
+    feed(meter, events(name), result)
+    return metric_points(reader)
 
 
-def promql_references(expr: str) -> tuple[dict[str, set[str]], set[str]]:
-    """(metric name -> labels its matchers use, labels named in by/without clauses)."""
-    metrics: dict[str, set[str]] = {}
-    body = re.sub(r"\[[^\]]*\]", "[]", _GROUPING.sub(" ", expr))
-    body = re.sub(r"\boffset\s+\w+", " ", body)
-    for name, braces in _SELECTOR.findall(body):
-        if name in _FUNCTIONS or name.startswith("$") or name.isdigit():
-            continue
-        metrics.setdefault(name, set()).update(_MATCHER.findall(braces or ""))
-    grouping = {
-        part.strip() for group in _GROUPING.findall(expr) for part in group.split(",") if part.strip()
+def run_settled_key(
+    workflow: str, status: str, completion: str = "none", settled: bool = True, reason: str = "none"
+) -> frozenset[tuple[str, Any]]:
+    """The attribute set of one ``rulvar.runs.settled`` series."""
+    return attrs(
+        {
+            sc.WORKFLOW: workflow,
+            sc.STATUS: status,
+            sc.RUN_COMPLETION: completion,
+            sc.RUN_SETTLED: settled,
+            sc.RUN_SETTLED_REASON: reason,
+        }
+    )
+
+
+def phase_attributes(workflow: str, model: str, role: str, **extra: Any) -> dict[str, Any]:
+    """The attributes of an agent-phase series for ``model`` (``provider:model``)."""
+    return {
+        sc.WORKFLOW: workflow,
+        sc.GEN_AI_REQUEST_MODEL: model.partition(":")[2],
+        sc.GEN_AI_PROVIDER_NAME: model.partition(":")[0],
+        sc.AGENT_ROLE: role,
+        **extra,
     }
-    return metrics, grouping
 
 
-def registry_series_labels() -> dict[str, set[str]]:
-    """Every Prometheus series the registry defines -> the labels it carries.
-
-    The registry's own metrics, and the collector's spanmetrics series it names.
-    """
-    from rulvar_otel.otel.metrics import REGISTRY
-    from rulvar_otel.otel.metrics.registry import SPAN_METRICS
-
-    out: dict[str, set[str]] = {}
-    for entry in (*REGISTRY, *SPAN_METRICS):
-        for name in entry.prometheus_series:
-            out[name] = set(entry.prometheus_labels) | ({"le"} if name.endswith("_bucket") else set())
-    return out
-
-
-def assert_reads_only_the_registry(expr: str) -> set[str]:
-    """Every series and label ``expr`` reads is one the recorder writes; returns the series."""
-    known = registry_series_labels()
-    metrics, grouping = promql_references(expr)
-    assert metrics, f"no series found in {expr!r}"
-    for name, used in metrics.items():
-        assert name in known, f"{name} (in {expr!r}) is not a registry series"
-        assert used <= known[name], f"{name} has no label {used - known[name]} (in {expr!r})"
-    available = set().union(*(known[name] for name in metrics))
-    assert grouping <= available, f"grouping by {grouping - available} (in {expr!r})"
-    return set(metrics)
+def count_and_sum(point: Any) -> tuple[int, float]:
+    """A histogram point's (count, sum)."""
+    count, total, _ = point
+    return count, total

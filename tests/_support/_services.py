@@ -37,6 +37,7 @@ __all__ = [
     "binaries",
     "free_port",
     "otelcol_args",
+    "require_tool",
     "otlp_attributes",
     "otlp_json_spans",
     "start_collector",
@@ -46,7 +47,7 @@ __all__ = [
     "write_yaml",
 ]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "collector_config"
 BUILD_SCRIPT = ROOT / "scripts" / "build_pipeline.sh"
 
@@ -81,6 +82,18 @@ def binaries() -> Binaries:
     if isinstance(built, str):
         pytest.fail(built)
     return built
+
+
+def require_tool(*names: str) -> str:
+    """The first of ``names`` on PATH; a clear failure (never a skip) when none is."""
+    for name in names:
+        found = shutil.which(name)
+        if found:
+            return found
+    pytest.fail(
+        f"{' / '.join(names)} is not on PATH: run scripts/install_test_services.sh first "
+        "(it installs Debian's prometheus and prometheus-alertmanager)"
+    )
 
 
 def free_port() -> int:
@@ -349,9 +362,7 @@ class Prometheus:
 
 def start_prometheus(tmp: Path, targets: list[str]) -> Prometheus:
     """Debian's Prometheus scraping `targets` every second (scripts/install_test_services.sh)."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        pytest.fail("prometheus is not on PATH: run scripts/install_test_services.sh first")
+    binary = require_tool("prometheus")
     port = free_port()
     config = write_yaml(
         tmp / "prometheus.yml",
