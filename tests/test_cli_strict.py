@@ -22,8 +22,7 @@ from rulvar_otel.cli._common import EXIT_OK, EXIT_USAGE
 from rulvar_otel.errors import StreamLineError
 from rulvar_otel.sources import JsonlEventSource
 from rulvar_otel.sources import jsonl as jsonl_module
-from tests._fixtures import STREAMS
-from tests._otel_harness import otlp_file_spans, run_cli
+from tests._support import STREAMS, otlp_file_spans, run_cli
 
 pytestmark = pytest.mark.usefixtures("otel_env_cleared")
 
