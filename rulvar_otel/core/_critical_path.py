@@ -177,11 +177,11 @@ def _critical_path() -> Generator[None, Mapping[str, Any] | None, CriticalPath]:
         kind = wire.get("type")
         at = ts_ms(wire.get("ts"))
         # Agents pair on every event, timed or not, as every other consumer pairs them.
-        ended: AgentSpan[None] | None = None
+        started: AgentSpan[None] | None = None  # for an agent:end, the start it closes
         if kind == "agent:start":
             agents.start(wire)
         elif kind == "agent:end":
-            ended = agents.end(wire)
+            started = agents.end(wire)
         if at is None:
             continue
         span_id = as_str(wire.get("spanId")) or ""
@@ -204,7 +204,6 @@ def _critical_path() -> Generator[None, Mapping[str, Any] | None, CriticalPath]:
         elif kind == "agent:end":
             if wire.get("hostRejected") is True:
                 host_rejected += 1
-            started = ended
             start_ns = started.start_ns if started is not None else None
             if started is None or start_ns is None:
                 continue  # an end whose start this stream never saw cannot be placed in time

@@ -1,8 +1,10 @@
 """Progress as a pure fold: the state a progress view shows, and the plain line printer.
 
 :class:`ProgressState` folds a run's events into what an operator watches (the run header, one
-row per agent, phases, children). :func:`render_progress` turns the same events into one plain
-line per lifecycle fact, for pipes and CI logs. Both are pure: no clock, no terminal, no I/O.
+row per agent, phases, children; the rows and formatters live in ``_progress_rows``, and agents
+pair through the shared :class:`~rulvar_otel.core.lifecycle.AgentLifecycle`).
+:class:`ProgressLines` and :func:`render_progress` turn the same events into one plain line per
+lifecycle fact, for pipes and CI logs. All are pure: no clock, no terminal, no I/O.
 
 Every dynamic string that reaches a line or a row passes :meth:`SecretMasker.clean` (sanitize,
 then mask, as the export does), so one event can never become two lines, restyle a terminal or

@@ -1,8 +1,9 @@
 """Pure folds over a run's events: the invocation table here, the critical path re-exported.
 
-:func:`reduce_invocation_table` pairs the agent vocabulary without heuristics (one
-``agent:start``/``agent:end`` pair per span, one ``agent:phase:start``/``agent:phase:end`` pair per
-``(spanId, invocation)``) into per-agent, per-phase rows and a per-role aggregate.
+:func:`reduce_invocation_table` pairs the agent vocabulary without heuristics (agents through
+the shared :class:`~rulvar_otel.core.lifecycle.AgentLifecycle`, one
+``agent:phase:start``/``agent:phase:end`` pair per ``(spanId, invocation)``) into per-agent,
+per-phase rows and a per-role aggregate.
 :func:`reduce_critical_path` folds the same events into the run's wall, the post-fan-in interval
 and its decomposition, the synthesize split by purpose, and the candidate milestones; it lives in
 :mod:`rulvar_otel.core._critical_path` and is imported from here.
