@@ -113,7 +113,7 @@ class SpanMapper:
         self.finished = False
         # The stream's last run:end, whatever became of it: how the run settled, without a result.
         self.last_run_end: Mapping[str, Any] | None = None
-        self._handlers: dict[str, Callable[[Mapping[str, Any], int], object]] = {
+        self._handlers: dict[str, Callable[[Mapping[str, Any], int], None]] = {
             "run:start": self._on_run_start,
             "run:end": self._on_run_end,
             "phase:start": partial(self._on_scope_start, PHASE),
@@ -438,35 +438,34 @@ class SpanMapper:
         )
 
     def _on_agent_start(self, event: Mapping[str, Any], ns: int) -> None:
+        """agent:start pairs through the shared lifecycle; its span is the record's payload."""
+        span_id = event.get("spanId")
         agent = self._agents.start(event)
         if agent is None:
             # A repeat of an opener the lifecycle already paired: its span (if any) stays as it is.
-            existing = self._agents.opened(event.get("spanId"))
-            if existing is not None and existing.payload is not None:
-                self._duplicate_opener(existing.payload, event, ns)
-            else:
-                self._duplicate_of_other_kind(event, ns)
-            return
-        if self._duplicate_of_other_kind(event, ns):
-            return
-        agent.payload = self._on_scope_start(AGENT, event, ns)
+            opened = self._agents.opened(span_id)
+            existing = opened.payload if opened is not None else None
+        else:
+            existing = None
+        if existing is None and isinstance(span_id, str):
+            existing = self._by_span_id.get(span_id)  # a run, phase or child span holds the id
+        if existing is not None:
+            self._duplicate_opener(existing, event, ns)
+        elif agent is not None:
+            agent.payload = self._open_scope(AGENT, event, ns)
 
-    def _duplicate_of_other_kind(self, event: Mapping[str, Any], ns: int) -> bool:
-        """An agent:start whose spanId a run, phase or child span holds opens nothing either."""
+    def _on_scope_start(self, kind: int, event: Mapping[str, Any], ns: int) -> None:
+        """phase:start and child:start: an opener whose spanId has a span already opens nothing."""
         span_id = event.get("spanId")
-        existing = self._by_span_id.get(span_id) if isinstance(span_id, str) else None
-        if existing is None:
-            return False
-        self._duplicate_opener(existing, event, ns)
-        return True
+        if isinstance(span_id, str) and (existing := self._by_span_id.get(span_id)) is not None:
+            self._duplicate_opener(existing, event, ns)
+        else:
+            self._open_scope(kind, event, ns)
 
-    def _on_scope_start(self, kind: int, event: Mapping[str, Any], ns: int) -> MappedSpan | None:
-        """phase:start, child:start and agent:start: a span keyed by its spanId, parented by parentSpanId."""
+    def _open_scope(self, kind: int, event: Mapping[str, Any], ns: int) -> MappedSpan:
+        """A phase, child or agent span keyed by its spanId, parented by its parentSpanId."""
         span_id = event.get("spanId")
         key = span_id if isinstance(span_id, str) else None
-        if kind != AGENT and key is not None and (existing := self._by_span_id.get(key)) is not None:
-            self._duplicate_opener(existing, event, ns)
-            return None
         attrs = ax.agent_open_attributes(event, self._mask) if kind == AGENT else {}
         parent = self._parent_for(event, attrs)
         name = ax.scope_span_name(SCOPE_TYPES[kind], event, self._mask)
