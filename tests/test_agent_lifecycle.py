@@ -56,7 +56,8 @@ def test_a_repeat_of_a_closed_opener_reopens_nothing() -> None:
     first = agents.start(ev("agent:start", 1, "a", "s0", role="loop"))
     agents.end(ev("agent:end", 2, "a", "s0", status="ok"))
     assert agents.start(ev("agent:start", 3, "a", "s0", role="loop", replayed=True)) is None
-    assert agents.get("a") is None and agents.opened("a") is first
+    assert agents.get("a") is None and agents.closed("a") and len(agents) == 0
+    assert first is not None and first.open is False
 
 
 def test_an_end_without_a_start_leaves_the_span_free_to_open_later() -> None:

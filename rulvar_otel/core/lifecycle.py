@@ -20,7 +20,6 @@ span, its progress row, its table row), so no consumer needs a second map keyed 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from rulvar_otel.core.wire import as_str, ts_ns
@@ -30,41 +29,69 @@ __all__ = ["AgentLifecycle", "AgentSpan"]
 P = TypeVar("P")
 
 
-@dataclass(slots=True, eq=False)
 class AgentSpan(Generic[P]):
-    """What an ``agent:start`` said, as read from the wire (nothing masked here)."""
+    """One agent span: what its ``agent:start`` said (read from the wire, nothing masked here).
 
-    span_id: str
-    parent_span_id: str | None
-    agent_type: str | None
-    label: str | None
-    role: str | None
-    model: str | None
-    ts: object  # the opener's raw ``ts``; start_ns reads it only when asked
-    replayed: bool
-    open: bool = True
-    payload: P | None = None  # what the consumer built for this span
+    The opener's facts are read from the event when asked, so opening a span costs one small
+    object; the record holds the event only while the span is open and a consumer keeps it.
+    """
+
+    __slots__ = ("event", "open", "payload", "span_id")
+
+    def __init__(self, span_id: str, event: Mapping[str, Any]) -> None:
+        self.span_id = span_id
+        self.event = event  # the agent:start that opened the span
+        self.open = True
+        self.payload: P | None = None  # what the consumer built for this span
+
+    @property
+    def parent_span_id(self) -> str | None:
+        return as_str(self.event.get("parentSpanId"))
+
+    @property
+    def agent_type(self) -> str | None:
+        return as_str(self.event.get("agentType"))
+
+    @property
+    def label(self) -> str | None:
+        return as_str(self.event.get("label"))
+
+    @property
+    def role(self) -> str | None:
+        return as_str(self.event.get("role"))
+
+    @property
+    def model(self) -> str | None:
+        return as_str(self.event.get("model"))
+
+    @property
+    def ts(self) -> object:
+        """The opener's raw ``ts``."""
+        return self.event.get("ts")
 
     @property
     def start_ns(self) -> int | None:
         """Epoch nanoseconds of the opener's ``ts`` (None when absent or malformed)."""
-        return ts_ns(self.ts)
+        return ts_ns(self.event.get("ts"))
 
-
-def _span_key(event: Mapping[str, Any]) -> str:
-    """The id an agent event names: its ``spanId``, or the empty id when it has none."""
-    span_id = event.get("spanId")
-    return span_id if isinstance(span_id, str) else ""
+    @property
+    def replayed(self) -> bool:
+        """Whether the opener was replayed (a repeat never changes it)."""
+        return self.event.get("replayed") is True
 
 
 class AgentLifecycle(Generic[P]):
-    """Agent spans by ``spanId``: the open ones, and the closed ones (so a repeat stays a repeat)."""
+    """Open agent spans by ``spanId``, and the ids of closed ones (so a repeat stays a repeat).
+
+    A closed span's record is released at its end (the caller holds it from then on); only its id
+    stays, so the memory of a long run grows by one id per agent, not by one record.
+    """
 
     __slots__ = ("_closed", "_open")
 
     def __init__(self) -> None:
         self._open: dict[str, AgentSpan[P]] = {}
-        self._closed: dict[str, AgentSpan[P]] = {}
+        self._closed: set[str] = set()
 
     def __len__(self) -> int:
         """How many agent spans are open."""
@@ -72,40 +99,27 @@ class AgentLifecycle(Generic[P]):
 
     def start(self, event: Mapping[str, Any]) -> AgentSpan[P] | None:
         """Open the span an ``agent:start`` names; ``None`` for a repeat of an opened one."""
-        key = _span_key(event)
+        span_id = event.get("spanId")
+        key = span_id if span_id.__class__ is str or isinstance(span_id, str) else ""
         if key in self._open or key in self._closed:
             return None
-        record: AgentSpan[P] = AgentSpan(
-            key,
-            as_str(event.get("parentSpanId")),
-            as_str(event.get("agentType")),
-            as_str(event.get("label")),
-            as_str(event.get("role")),
-            as_str(event.get("model")),
-            event.get("ts"),
-            event.get("replayed") is True,
-        )
+        record: AgentSpan[P] = AgentSpan(key, event)
         self._open[key] = record
         return record
 
     def end(self, event: Mapping[str, Any]) -> AgentSpan[P] | None:
         """Close the open span an ``agent:end`` names; the record its start made, or ``None``."""
-        key = _span_key(event)
+        span_id = event.get("spanId")
+        key = span_id if span_id.__class__ is str or isinstance(span_id, str) else ""
         record = self._open.pop(key, None)
         if record is not None:
             record.open = False
-            self._closed[key] = record
+            self._closed.add(key)
         return record
 
     def get(self, span_id: object) -> AgentSpan[P] | None:
         """The open agent span ``span_id`` names."""
         return self._open.get(span_id if isinstance(span_id, str) else "")
-
-    def opened(self, span_id: object) -> AgentSpan[P] | None:
-        """The agent span ``span_id`` names, open or closed; ``None`` if no start opened it."""
-        key = span_id if isinstance(span_id, str) else ""
-        record = self._open.get(key)
-        return record if record is not None else self._closed.get(key)
 
     def closed(self, span_id: object) -> bool:
         """Whether an ``agent:end`` already closed the span ``span_id`` names."""

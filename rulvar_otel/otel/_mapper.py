@@ -441,18 +441,24 @@ class SpanMapper:
         """agent:start pairs through the shared lifecycle; its span is the record's payload."""
         span_id = event.get("spanId")
         agent = self._agents.start(event)
+        if agent is not None and (not isinstance(span_id, str) or span_id not in self._by_span_id):
+            agent.payload = self._open_scope(AGENT, event, ns)  # the common case: a new agent
+            return
+        existing: MappedSpan | None = None
         if agent is None:
             # A repeat of an opener the lifecycle already paired: its span (if any) stays as it is.
-            opened = self._agents.opened(span_id)
+            opened = self._agents.get(span_id)
             existing = opened.payload if opened is not None else None
-        else:
-            existing = None
         if existing is None and isinstance(span_id, str):
-            existing = self._by_span_id.get(span_id)  # a run, phase or child span holds the id
+            # A run, phase or child span holds the id, or the agent span has ended.
+            existing = self._by_span_id.get(span_id)
         if existing is not None:
             self._duplicate_opener(existing, event, ns)
         elif agent is not None:
             agent.payload = self._open_scope(AGENT, event, ns)
+        else:
+            # The repeat of a closed opener without a spanId: no span to mark, an event as for any.
+            self._attach_event(event, ns, "agent:start", replayed=event.get("replayed") is True)
 
     def _on_scope_start(self, kind: int, event: Mapping[str, Any], ns: int) -> None:
         """phase:start and child:start: an opener whose spanId has a span already opens nothing."""
@@ -490,7 +496,7 @@ class SpanMapper:
         agent = self._agents.end(event)
         rec = agent.payload if agent is not None else None
         # Paired, but its span may have ended already: as a leftover of an earlier segment.
-        if rec is None or not self._is_open(rec):
+        if rec is None or rec.ended or rec.pending_end is not None:
             self._attach_event(event, ns, "agent:end")
             return
         attrs = ax.agent_close_attributes(event, had_invocations=rec.has_invocations)
