@@ -444,20 +444,15 @@ class SpanMapper:
         if agent is not None and (not isinstance(span_id, str) or span_id not in self._by_span_id):
             agent.payload = self._open_scope(AGENT, event, ns)  # the common case: a new agent
             return
-        existing: MappedSpan | None = None
-        if agent is None:
-            # A repeat of an opener the lifecycle already paired: its span (if any) stays as it is.
-            opened = self._agents.get(span_id)
-            existing = opened.payload if opened is not None else None
+        # A repeat of an opener already paired, or an id a run, phase or child span holds (or the
+        # ended span of a closed agent): nothing opens.
+        opened = self._agents.get(span_id)
+        existing = opened.payload if opened is not None else None
         if existing is None and isinstance(span_id, str):
-            # A run, phase or child span holds the id, or the agent span has ended.
             existing = self._by_span_id.get(span_id)
         if existing is not None:
             self._duplicate_opener(existing, event, ns)
-        elif agent is not None:
-            agent.payload = self._open_scope(AGENT, event, ns)
-        else:
-            # The repeat of a closed opener without a spanId: no span to mark, an event as for any.
+        else:  # the repeat of a closed opener without a spanId: no span to mark
             self._attach_event(event, ns, "agent:start", replayed=event.get("replayed") is True)
 
     def _on_scope_start(self, kind: int, event: Mapping[str, Any], ns: int) -> None:
