@@ -77,7 +77,7 @@ class ProgressState:
         self._ceiling_given = ceiling_usd is not None
         self.phases: dict[str, PhaseRow] = {}
         self.agents: dict[str, AgentRow] = {}
-        self._lifecycle: AgentLifecycle[AgentRow] = AgentLifecycle()
+        self._lifecycle: AgentLifecycle[None] = AgentLifecycle()  # rows stay in `agents`
         self.children: dict[str, ChildRow] = {}
         self.waiting: dict[str, str] = {}  # span id -> what it waits on (external key, tool approval)
         self.tool_calls = 0
@@ -187,11 +187,9 @@ class ProgressState:
         row.replayed = row.replayed or replayed
 
     def _agent_start(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
-        opened = self._lifecycle.start(wire)
-        if opened is None:
+        if self._lifecycle.start(wire) is None:
             return  # a re-emitted or legacy repeat of its opener never restarts the row
         row = self._agent(wire, span_id)
-        opened.payload = row
         row.name = self.agent_name(wire)
         row.status = "running"
         row.started_at = ts

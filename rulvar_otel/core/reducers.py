@@ -245,7 +245,7 @@ def reduce_invocation_table(events: Iterable[EventLike]) -> InvocationTable:
 
 def _invocation_table() -> Generator[None, Mapping[str, Any] | None, InvocationTable]:
     agents: dict[str, _Agent] = {}
-    lifecycle: AgentLifecycle[_Agent] = AgentLifecycle()
+    lifecycle: AgentLifecycle[None] = AgentLifecycle()  # rows stay in `agents`
     open_phases: dict[tuple[str, int | None], _Phase] = {}
     buckets: dict[str, tuple[Usage, list[float], list[CostBasis], list[int]]] = {}
     total = 0.0
@@ -273,8 +273,7 @@ def _invocation_table() -> Generator[None, Mapping[str, Any] | None, InvocationT
             opened = lifecycle.start(wire)
             if opened is None:
                 continue  # a re-emitted or legacy per-phase repeat of its opener changes nothing
-            opened.payload = row
-            # Closed here only by an agent:end without a start, which paired with nothing.
+            # A row closed before its start was closed by an agent:end that paired with nothing.
             row.open = True
             row.status = None
             row.ended_ms = None
