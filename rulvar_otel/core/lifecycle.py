@@ -2,7 +2,7 @@
 
 Every consumer that needs to know which agents a stream opened and closed (the span mapper, the
 progress view, the invocation table, the metric folds, the critical path) asks an
-:class:`AgentLifecycle` instead of keeping its own map, so they all pair the same way:
+:class:`AgentLifecycle` instead of pairing by a map of its own, so they all pair the same way:
 
 - an agent span is named by its ``spanId`` (a missing or non-string one is the empty id);
 - one opener per ``spanId``: the first ``agent:start`` opens it; a repeat (an older engine's
@@ -13,8 +13,8 @@ progress view, the invocation table, the metric folds, the critical path) asks a
   changes nothing, so a later ``agent:start`` for that id still opens it;
 - ``replayed`` is the opener's own flag; a repeat never changes it.
 
-Each record has a ``payload`` slot where a consumer keeps what it built for the span (its OTel
-span, its progress row, its table row), so no consumer needs a second map keyed by span id.
+Each record has a ``payload`` slot where a consumer can keep what it built for the span while it
+is open (the span mapper keeps the agent's OTel span there) and get it back from the ``agent:end``.
 """
 
 from __future__ import annotations
