@@ -17,7 +17,7 @@ from typing import Any, Final, Literal, TypeAlias
 from rulvar_otel.core._fold_output import FoldOutput, reduce_events, ts_ms
 from rulvar_otel.core.drain import FoldSink
 from rulvar_otel.core.handle import EventLike
-from rulvar_otel.core.lifecycle import AgentLifecycle
+from rulvar_otel.core.lifecycle import AgentLifecycle, AgentSpan
 from rulvar_otel.core.wire import as_number, as_str
 
 __all__ = [
@@ -155,7 +155,7 @@ def _critical_path() -> Generator[None, Mapping[str, Any] | None, CriticalPath]:
     run_start: float | None = None
     run_end: float | None = None
     segments = 0
-    agents = AgentLifecycle()
+    agents: AgentLifecycle[None] = AgentLifecycle()
     last_worker_end: float | None = None
     worker_spans = 0
     host_rejected = 0
@@ -176,6 +176,12 @@ def _critical_path() -> Generator[None, Mapping[str, Any] | None, CriticalPath]:
     while (wire := (yield)) is not None:
         kind = wire.get("type")
         at = ts_ms(wire.get("ts"))
+        # Agents pair on every event, timed or not, as every other consumer pairs them.
+        started: AgentSpan[None] | None = None  # for an agent:end, the start it closes
+        if kind == "agent:start":
+            agents.start(wire)
+        elif kind == "agent:end":
+            started = agents.end(wire)
         if at is None:
             continue
         span_id = as_str(wire.get("spanId")) or ""
@@ -185,8 +191,6 @@ def _critical_path() -> Generator[None, Mapping[str, Any] | None, CriticalPath]:
                 run_start = at
         elif kind == "run:end":
             run_end = at
-        elif kind == "agent:start":
-            agents.start(wire)
         elif kind in ("agent:phase:end", "tool:end"):
             started = agents.get(span_id)
             if started is None or started.role != COORDINATION_ROLE:
@@ -200,10 +204,10 @@ def _critical_path() -> Generator[None, Mapping[str, Any] | None, CriticalPath]:
         elif kind == "agent:end":
             if wire.get("hostRejected") is True:
                 host_rejected += 1
-            started = agents.end(wire)
-            if started is None or started.start_ns is None:
+            start_ns = started.start_ns if started is not None else None
+            if started is None or start_ns is None:
                 continue  # an end whose start this stream never saw cannot be placed in time
-            started_at = round(started.start_ns / 1e6, 3)
+            started_at = round(start_ns / 1e6, 3)
             if started.role == SYNTHESIZE_ROLE:
                 wall = max(0.0, at - started_at)
                 klass = synthesize_span_class(started.label)

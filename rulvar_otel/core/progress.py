@@ -1,8 +1,10 @@
 """Progress as a pure fold: the state a progress view shows, and the plain line printer.
 
 :class:`ProgressState` folds a run's events into what an operator watches (the run header, one
-row per agent, phases, children). :func:`render_progress` turns the same events into one plain
-line per lifecycle fact, for pipes and CI logs. Both are pure: no clock, no terminal, no I/O.
+row per agent, phases, children; the rows and formatters live in ``_progress_rows``, and agents
+pair through the shared :class:`~rulvar_otel.core.lifecycle.AgentLifecycle`).
+:class:`ProgressLines` and :func:`render_progress` turn the same events into one plain line per
+lifecycle fact, for pipes and CI logs. All are pure: no clock, no terminal, no I/O.
 
 Every dynamic string that reaches a line or a row passes :meth:`SecretMasker.clean` (sanitize,
 then mask, as the export does), so one event can never become two lines, restyle a terminal or
@@ -13,12 +15,19 @@ size.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final
 
+from rulvar_otel.core._progress_rows import (
+    AgentRow,
+    ChildRow,
+    PhaseRow,
+    format_duration,
+    format_tokens,
+    format_usd,
+)
 from rulvar_otel.core.handle import EventLike, RunOutcome
+from rulvar_otel.core.lifecycle import AgentLifecycle
 from rulvar_otel.core.masking import SecretMasker, default_masker
 from rulvar_otel.core.wire import as_int, as_number, as_str, as_wire, ts_ns
 
@@ -34,114 +43,11 @@ __all__ = [
     "render_progress",
 ]
 
-# Terminal agent statuses; anything else on agent:end is shown verbatim (sanitized).
-_DONE: Final = frozenset({"ok", "error", "cancelled", "limit", "exhausted", "aborted"})
-# Rough bytes-per-token of streamed text: the estimate is marked "~" and replaced by exact usage.
-_CHARS_PER_TOKEN: Final = 4
-
 
 def _ts_seconds(value: object) -> float | None:
     """Epoch seconds of an envelope ``ts`` (None when absent or malformed)."""
     ns = ts_ns(value)
     return None if ns is None else ns / 1e9
-
-
-def format_duration(seconds: float | None) -> str:
-    """``850ms``, ``31s``, ``1m 04s``, ``2h 03m``; ``-`` when unknown."""
-    if seconds is None or not math.isfinite(seconds):
-        return "-"
-    seconds = max(seconds, 0.0)
-    if seconds < 1:
-        return f"{round(seconds * 1000)}ms"
-    whole = int(seconds)
-    if whole < 60:
-        return f"{whole}s"
-    if whole < 3600:
-        return f"{whole // 60}m {whole % 60:02d}s"
-    return f"{whole // 3600}h {(whole % 3600) // 60:02d}m"
-
-
-def format_tokens(count: float | None) -> str:
-    """``950``, ``2.1k``, ``18k``, ``1.2M``."""
-    if count is None:
-        return "-"
-    if count < 1000:
-        return str(int(count))
-    if count < 10_000:
-        return f"{count / 1000:.1f}k"
-    if count < 1_000_000:
-        return f"{count / 1000:.0f}k"
-    return f"{count / 1_000_000:.1f}M"
-
-
-def format_usd(value: float | None) -> str:
-    """``$0.086``; four decimals under a cent so small runs do not read as free."""
-    if value is None:
-        return "-"
-    if value != 0 and abs(value) < 0.01:
-        # Up to six decimals, trailing zeros trimmed to four: $0.0002, $0.000004.
-        text = f"{value:.6f}".rstrip("0")
-        return "$" + (text + "0" * max(0, 4 - len(text.split(".")[1])))
-    return f"${value:.3f}"
-
-
-@dataclass
-class PhaseRow:
-    """A ``ctx.phase`` block."""
-
-    span_id: str
-    name: str
-    parent_span_id: str | None
-    started_at: float | None
-
-
-@dataclass
-class ChildRow:
-    """A child workflow."""
-
-    span_id: str
-    workflow: str
-    scope: str | None
-    parent_span_id: str | None
-    status: str = "running"
-    started_at: float | None = None
-    ended_at: float | None = None
-
-
-@dataclass
-class AgentRow:
-    """One agent dispatch as the view shows it. Names are already masked and sanitized."""
-
-    span_id: str
-    parent_span_id: str | None
-    name: str
-    model: str | None = None
-    role: str | None = None
-    status: str = "running"
-    started_at: float | None = None
-    ended_at: float | None = None
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cost_usd: float | None = None
-    stream_chars: int = 0
-    active_role: str | None = None
-    current_tool: str | None = None
-    role_seconds: dict[str, float] = field(default_factory=dict[str, float])
-    open_phases: dict[int, str] = field(default_factory=dict[int, str])
-    replayed: bool = False
-    retrying: bool = False
-    error_code: str | None = None
-
-    @property
-    def done(self) -> bool:
-        return self.status not in ("running", "queued")
-
-    @property
-    def estimated_output_tokens(self) -> int | None:
-        """A rough token estimate from streamed characters while no exact count exists."""
-        if self.output_tokens is not None or self.stream_chars == 0:
-            return None
-        return max(1, self.stream_chars // _CHARS_PER_TOKEN)
 
 
 class ProgressState:
@@ -171,6 +77,7 @@ class ProgressState:
         self._ceiling_given = ceiling_usd is not None
         self.phases: dict[str, PhaseRow] = {}
         self.agents: dict[str, AgentRow] = {}
+        self._lifecycle: AgentLifecycle[None] = AgentLifecycle()  # rows stay in `agents`
         self.children: dict[str, ChildRow] = {}
         self.waiting: dict[str, str] = {}  # span id -> what it waits on (external key, tool approval)
         self.tool_calls = 0
@@ -280,12 +187,13 @@ class ProgressState:
         row.replayed = row.replayed or replayed
 
     def _agent_start(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+        if self._lifecycle.start(wire) is None:
+            return  # a re-emitted or legacy repeat of its opener never restarts the row
         row = self._agent(wire, span_id)
-        if row.started_at is not None and row.status != "queued":
-            return  # a re-emitted or legacy duplicate opener never restarts the row
         row.name = self.agent_name(wire)
         row.status = "running"
         row.started_at = ts
+        row.ended_at = None  # set only when an agent:end without a start came first
         model = as_str(wire.get("model"))
         row.model = self.clean(model) if model else None
         role = as_str(wire.get("role"))
@@ -323,6 +231,9 @@ class ProgressState:
         row.active_role = next(reversed(row.open_phases.values()), None) if row.open_phases else None
 
     def _agent_end(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+        if self._lifecycle.end(wire) is None and self._lifecycle.closed(span_id):
+            return  # a repeated closer: the row already shows the span's end
+        # An end without a start still shows what it says (a view attached mid-run sees these).
         row = self._agent(wire, span_id)
         status = as_str(wire.get("status"))
         row.status = self.clean(status) if status else "unknown"

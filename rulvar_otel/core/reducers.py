@@ -1,8 +1,9 @@
 """Pure folds over a run's events: the invocation table here, the critical path re-exported.
 
-:func:`reduce_invocation_table` pairs the agent vocabulary without heuristics (one
-``agent:start``/``agent:end`` pair per span, one ``agent:phase:start``/``agent:phase:end`` pair per
-``(spanId, invocation)``) into per-agent, per-phase rows and a per-role aggregate.
+:func:`reduce_invocation_table` pairs the agent vocabulary without heuristics (agents through
+the shared :class:`~rulvar_otel.core.lifecycle.AgentLifecycle`, one
+``agent:phase:start``/``agent:phase:end`` pair per ``(spanId, invocation)``) into per-agent,
+per-phase rows and a per-role aggregate.
 :func:`reduce_critical_path` folds the same events into the run's wall, the post-fan-in interval
 and its decomposition, the synthesize split by purpose, and the candidate milestones; it lives in
 :mod:`rulvar_otel.core._critical_path` and is imported from here.
@@ -37,6 +38,7 @@ from rulvar_otel.core._critical_path import (
 from rulvar_otel.core._fold_output import FoldOutput, reduce_events, ts_ms
 from rulvar_otel.core.drain import FoldSink
 from rulvar_otel.core.handle import EventLike
+from rulvar_otel.core.lifecycle import AgentLifecycle
 from rulvar_otel.core.wire import as_int, as_number, as_str
 
 __all__ = [
@@ -201,7 +203,6 @@ class _Agent:
     host_rejected: bool = False
     tool_budget: dict[str, Any] | None = None
     open: bool = True
-    seen_start: bool = False
     phases: list[_Phase] = field(default_factory=list[_Phase])
 
     def freeze(self) -> AgentInvocationRow:
@@ -244,6 +245,7 @@ def reduce_invocation_table(events: Iterable[EventLike]) -> InvocationTable:
 
 def _invocation_table() -> Generator[None, Mapping[str, Any] | None, InvocationTable]:
     agents: dict[str, _Agent] = {}
+    lifecycle: AgentLifecycle[None] = AgentLifecycle()  # rows stay in `agents`
     open_phases: dict[tuple[str, int | None], _Phase] = {}
     buckets: dict[str, tuple[Usage, list[float], list[CostBasis], list[int]]] = {}
     total = 0.0
@@ -268,14 +270,18 @@ def _invocation_table() -> Generator[None, Mapping[str, Any] | None, InvocationT
         span_id = as_str(wire.get("spanId")) or ""
         row = row_for(wire, span_id)
         if kind == "agent:start":
-            # One opener per span; a re-emitted or legacy per-phase duplicate changes nothing.
-            if not row.seen_start:
-                row.seen_start = True
-                row.role = as_str(wire.get("role"))
-                row.model = as_str(wire.get("model"))
-                row.started_ms = ts_ms(wire.get("ts"))
-                if row.label is None:
-                    row.label = as_str(wire.get("label"))
+            opened = lifecycle.start(wire)
+            if opened is None:
+                continue  # a re-emitted or legacy per-phase repeat of its opener changes nothing
+            # A row closed before its start was closed by an agent:end that paired with nothing.
+            row.open = True
+            row.status = None
+            row.ended_ms = None
+            row.role = opened.role
+            row.model = opened.model
+            row.started_ms = ts_ms(opened.ts)
+            if row.label is None:
+                row.label = opened.label
         elif kind == "agent:phase:start":
             invocation = as_int(wire.get("invocation"))
             phase = _Phase(
@@ -314,6 +320,8 @@ def _invocation_table() -> Generator[None, Mapping[str, Any] | None, InvocationT
                 basis_acc[0] = "aggregate-estimate"
             count_acc[0] += 1
         else:  # agent:end
+            if lifecycle.end(wire) is None and lifecycle.closed(span_id):
+                continue  # a repeated closer: the span already has its end
             row.open = False
             row.status = as_str(wire.get("status"))
             row.ended_ms = ts_ms(wire.get("ts"))

@@ -21,6 +21,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, Tracer
 
 from rulvar_otel.core.handle import RunOutcome
+from rulvar_otel.core.lifecycle import AgentLifecycle
 from rulvar_otel.core.masking import SecretMasker
 from rulvar_otel.otel import _attributes as ax
 from rulvar_otel.otel import semconv as sc
@@ -83,6 +84,8 @@ class SpanMapper:
         self._run_id = run_id
         self._masked_run_id = self._mask(run_id) if run_id is not None else None
         self._by_span_id: dict[str, MappedSpan] = {}
+        # Agent spans pair through the one lifecycle every consumer shares; the payload is the span.
+        self._agents: AgentLifecycle[MappedSpan] = AgentLifecycle()
         self._invocations: dict[tuple[str, object], MappedSpan] = {}
         self._tools_by_id: dict[tuple[str, str], MappedSpan] = {}
         self._tool_fifo: dict[tuple[str, str], deque[MappedSpan]] = {}
@@ -114,7 +117,7 @@ class SpanMapper:
             "run:start": self._on_run_start,
             "run:end": self._on_run_end,
             "phase:start": partial(self._on_scope_start, PHASE),
-            "agent:start": partial(self._on_scope_start, AGENT),
+            "agent:start": self._on_agent_start,
             "agent:end": self._on_agent_end,
             "agent:phase:start": self._on_invocation_start,
             "agent:phase:end": self._on_invocation_end,
@@ -434,13 +437,36 @@ class SpanMapper:
             error_source=event,
         )
 
+    def _on_agent_start(self, event: Mapping[str, Any], ns: int) -> None:
+        """agent:start pairs through the shared lifecycle; its span is the record's payload."""
+        span_id = event.get("spanId")
+        agent = self._agents.start(event)
+        if agent is not None and (not isinstance(span_id, str) or span_id not in self._by_span_id):
+            agent.payload = self._open_scope(AGENT, event, ns)  # the common case: a new agent
+            return
+        # A repeat of an opener already paired, or an id a run, phase or child span holds (or the
+        # ended span of a closed agent): nothing opens.
+        opened = self._agents.get(span_id)
+        existing = opened.payload if opened is not None else None
+        if existing is None and isinstance(span_id, str):
+            existing = self._by_span_id.get(span_id)
+        if existing is not None:
+            self._duplicate_opener(existing, event, ns)
+        else:  # the repeat of a closed opener without a spanId: no span to mark
+            self._attach_event(event, ns, "agent:start", replayed=event.get("replayed") is True)
+
     def _on_scope_start(self, kind: int, event: Mapping[str, Any], ns: int) -> None:
-        """phase:start, child:start and agent:start: a span keyed by its spanId, parented by parentSpanId."""
+        """phase:start and child:start: an opener whose spanId has a span already opens nothing."""
+        span_id = event.get("spanId")
+        if isinstance(span_id, str) and (existing := self._by_span_id.get(span_id)) is not None:
+            self._duplicate_opener(existing, event, ns)
+        else:
+            self._open_scope(kind, event, ns)
+
+    def _open_scope(self, kind: int, event: Mapping[str, Any], ns: int) -> MappedSpan:
+        """A phase, child or agent span keyed by its spanId, parented by its parentSpanId."""
         span_id = event.get("spanId")
         key = span_id if isinstance(span_id, str) else None
-        if key is not None and (existing := self._by_span_id.get(key)) is not None:
-            self._duplicate_opener(existing, event, ns)
-            return
         attrs = ax.agent_open_attributes(event, self._mask) if kind == AGENT else {}
         parent = self._parent_for(event, attrs)
         name = ax.scope_span_name(SCOPE_TYPES[kind], event, self._mask)
@@ -452,6 +478,7 @@ class SpanMapper:
             self._scopes.append(rec)
             if kind == PHASE:
                 self._phases.append(rec)
+        return rec
 
     def _on_child_end(self, event: Mapping[str, Any], ns: int) -> None:
         rec = self._open_by_span_id(event, CHILD)
@@ -461,8 +488,10 @@ class SpanMapper:
         self._close(rec, ns, {}, event.get("status"))
 
     def _on_agent_end(self, event: Mapping[str, Any], ns: int) -> None:
-        rec = self._open_by_span_id(event, AGENT)
-        if rec is None:
+        agent = self._agents.end(event)
+        rec = agent.payload if agent is not None else None
+        # Paired, but its span may have ended already: as a leftover of an earlier segment.
+        if rec is None or rec.ended or rec.pending_end is not None:
             self._attach_event(event, ns, "agent:end")
             return
         attrs = ax.agent_close_attributes(event, had_invocations=rec.has_invocations)

@@ -47,6 +47,7 @@ from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
 from rulvar_otel.otel import semconv
 from rulvar_otel.otel.metrics import _MAX_ATTRIBUTE_CHARS
+from rulvar_otel.otel.metrics._folds import PAIRED_TYPES
 from rulvar_otel.otel.metrics.registry import (
     ADVANCE_TYPES,
     FINISH,
@@ -353,7 +354,10 @@ class RunMetrics:
         for event, (series, advance) in queue[:count]:
             try:
                 if event.get("replayed") is True:
-                    continue  # it restates history already counted
+                    # It restates history already counted; only the agent pairing still reads it.
+                    if event.get("type") in PAIRED_TYPES:
+                        state.advance(event)
+                    continue
                 if series:
                     fold(state, series, event)
                 if advance:

@@ -26,6 +26,7 @@ from rulvar_otel.core.events import EventModel
 from rulvar_otel.core.handle import RunHandle, RunOutcome
 from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
 from rulvar_otel.core.wire import as_wire
+from rulvar_otel.otel.metrics._folds import PAIRED_TYPES
 from rulvar_otel.otel.metrics.registry import (
     ADVANCE_TYPES,
     FINISH,
@@ -104,6 +105,8 @@ def _sink(meter: Meter, entry: MetricDefinition) -> _Sink:
 
 # Per event type: the sinks whose folds read it, and whether FoldState.advance reads it.
 _Plan = tuple[tuple[_Sink, ...], bool]
+# The plan of a replayed agent:start/agent:end: no fold counts it, FoldState.advance pairs it.
+_PAIRING_ONLY: Final[_Plan] = ((), True)
 
 
 class _Folder:
@@ -316,8 +319,13 @@ class MetricsRecorder:
             wire = event if type(event) is dict else as_wire(event)
             kind = wire.get("type")
             plan = self._plans.get(kind)  # an unhashable type raises: skipped below
-            if plan is None or wire.get("replayed") is True:
-                return  # no definition reads it, or it restates history already counted
+            if plan is None:
+                return  # no definition reads it
+            if wire.get("replayed") is True:
+                # It restates history already counted; only the agent pairing still reads it.
+                if kind not in PAIRED_TYPES:
+                    return
+                plan = _PAIRING_ONLY
             queue = self._queue
             queue.append((wire, plan))
             if kind == "run:end" or self._eager:

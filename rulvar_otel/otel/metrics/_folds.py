@@ -28,6 +28,7 @@ from rulvar_otel.otel._attributes import provider_name
 
 __all__ = [
     "ADVANCE_TYPES",
+    "PAIRED_TYPES",
     "NONE",
     "QUOTA_EXHAUSTED_CODE",
     "UNKNOWN",
@@ -106,6 +107,10 @@ ADVANCE_TYPES: Final = frozenset(
 )  # fmt: skip
 
 
+# The replayed events FoldState.advance still reads: agent pairing sees the whole stream.
+PAIRED_TYPES: Final = frozenset({"agent:start", "agent:end"})
+
+
 @dataclass(slots=True)
 class FoldState:
     """What one run's folds remember between events. Bounded by the run's own size."""
@@ -113,7 +118,7 @@ class FoldState:
     masker: SecretMasker
     workflow: str = UNKNOWN
     run_start_ts: int | None = None
-    agents: AgentLifecycle = field(default_factory=AgentLifecycle)
+    agents: AgentLifecycle[None] = field(default_factory=AgentLifecycle)
     task_agent_type: dict[str, str] = field(default_factory=dict)  # logicalTaskId -> agentType
     ledger_ops: int = 0
     spawns_admitted: int = 0
@@ -159,8 +164,10 @@ class FoldState:
             self.workflow = _str(event.get("workflow"), self.workflow)
             self.run_start_ts = _ts(event.get("ts"))
         elif kind == "agent:start":
+            # Replayed agent:start/agent:end reach here too (and nothing else replayed does): the
+            # folds pair agents exactly as every other consumer does, but count only live facts.
             self.agents.start(event)
-            if event.get("role") == "orchestrate":
+            if event.get("role") == "orchestrate" and event.get("replayed") is not True:
                 self.orchestrated = True
         elif kind == "agent:end":
             self.agents.end(event)
@@ -317,7 +324,7 @@ def _build_agent_end_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[
         state.workflow,
         _agent_type(event),
         _str(event.get("status")),
-        state.model(span.model)[0] if span is not None else UNKNOWN,
+        state.model(span.model)[0] if span is not None and not span.replayed else UNKNOWN,
     )
 
 
@@ -332,9 +339,12 @@ def fold_agent_invocations(state: FoldState, event: Mapping[str, Any]) -> Sequen
 def fold_agent_duration(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
     span = state.agents.get(event.get("spanId"))
     end = _ts(event.get("ts"))
-    if span is None or span.start_ns is None or end is None:
+    if span is None or span.replayed or end is None:
+        return ()  # a replayed start's time is a re-stamp, not when the agent began
+    start = span.start_ns
+    if start is None:
         return ()
-    return ((_seconds(span.start_ns, end), _agent_end_attrs(state, event)),)
+    return ((_seconds(start, end), _agent_end_attrs(state, event)),)
 
 
 # The code of the error the engine raises when the quota limiter denied a call more times than
