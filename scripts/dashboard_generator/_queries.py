@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from rulvar_otel.otel import semconv as sc
-from rulvar_otel.otel.metrics.registry import SPAN_METRICS, definition, prometheus_label
+from rulvar_otel.otel.metrics.registry import ENGINE_METRICS, SPAN_METRICS, definition, prometheus_label
 
 __all__ = [
     "MODEL",
@@ -31,8 +31,10 @@ __all__ = [
 
 
 def series(name: str, suffix: str = "") -> str:
-    """The Prometheus series of registry metric ``name`` (``suffix``: bucket, sum or count)."""
-    base = definition(name).prometheus_name
+    """The Prometheus series of registry metric ``name`` (``suffix``: bucket, sum or count): one
+    the recorder writes, or one of the engine's per-request metrics."""
+    engine = next((entry for entry in ENGINE_METRICS if entry.name == name), None)
+    base = (engine or definition(name)).prometheus_name
     return f"{base}_{suffix}" if suffix else base
 
 

@@ -1,15 +1,29 @@
-"""The Rulvar / Runs dashboard: run outcomes, spend, tokens and durations per model."""
+"""The Rulvar / Runs dashboard: run outcomes, spend, tokens and durations per model.
+
+The last row reads the engine's per-request ``gen_ai.client.*`` metrics (registry
+``ENGINE_METRICS``): they are written only where the bundled engine calls a provider with a meter
+(``rulvar-otel demo`` with metrics, or a host passing ``meter=``), never by an export of a
+recorded stream, and they carry no workflow label (the model variable filters them).
+"""
 
 from __future__ import annotations
 
-from dashboard_generator._panels import PanelSpec
+from typing import Final
+
+from dashboard_generator._panels import PanelSpec, RowSpec
 from dashboard_generator._queries import MODEL, RANGE, WF, both, label, quantile, total
 from rulvar_otel.otel import semconv as sc
 
-__all__ = ["runs_panels"]
+__all__ = ["MODEL_REQUESTS_ROW", "model_request_panels", "runs_panels"]
+
+MODEL_REQUESTS_ROW: Final = "Model requests (engine, per provider request)"
 
 
-def runs_panels() -> list[PanelSpec]:
+def runs_panels() -> list[PanelSpec | RowSpec]:
+    return [*_run_panels(), RowSpec(MODEL_REQUESTS_ROW), *model_request_panels()]
+
+
+def _run_panels() -> list[PanelSpec]:
     status, completion = label(sc.STATUS), label(sc.RUN_COMPLETION)
     model = label(sc.GEN_AI_REQUEST_MODEL)
     token_type = label(sc.GEN_AI_TOKEN_TYPE)
@@ -129,6 +143,65 @@ def runs_panels() -> list[PanelSpec]:
                     quantile(0.95, sc.METRIC_AGENT_DURATION, (sc.AGENT_TYPE,), wf_model),
                     "{{rulvar_agent_type}}",
                 ),
+            ),
+            unit="s",
+        ),
+    ]
+
+
+def model_request_panels() -> list[PanelSpec]:
+    """The engine's gen_ai.client.* panels: every provider request, retries and failures included."""
+    model = label(sc.GEN_AI_REQUEST_MODEL)
+    return [
+        PanelSpec(
+            "Request tokens by model and type",
+            "gen_ai.client.token.usage summed per model and token type: each provider request's "
+            "tokens, recorded by the engine as it answers (no workflow label: the model variable "
+            "filters it).",
+            (
+                (
+                    total(
+                        sc.GEN_AI_CLIENT_TOKEN_USAGE,
+                        (sc.GEN_AI_REQUEST_MODEL, sc.GEN_AI_TOKEN_TYPE),
+                        MODEL,
+                        suffix="sum",
+                    ),
+                    f"{{{{{label(sc.GEN_AI_TOKEN_TYPE)}}}}} {{{{{model}}}}}",
+                ),
+            ),
+        ),
+        PanelSpec(
+            "Model requests by model and error type",
+            "gen_ai.client.operation.duration count: provider requests per model; error.type is set "
+            "on a failed request (empty: answered).",
+            (
+                (
+                    total(
+                        sc.GEN_AI_CLIENT_OPERATION_DURATION,
+                        (sc.GEN_AI_REQUEST_MODEL, sc.ERROR_TYPE),
+                        MODEL,
+                        suffix="count",
+                    ),
+                    f"{{{{{model}}}}} {{{{{label(sc.ERROR_TYPE)}}}}}",
+                ),
+            ),
+        ),
+        PanelSpec(
+            "Request duration p50 / p95 by model and operation",
+            "gen_ai.client.operation.duration: one provider request, from sending it to its whole "
+            "answer, failed ones included (an invocation above also spans the tool calls between "
+            "its requests).",
+            tuple(
+                (
+                    quantile(
+                        q,
+                        sc.GEN_AI_CLIENT_OPERATION_DURATION,
+                        (sc.GEN_AI_REQUEST_MODEL, sc.GEN_AI_OPERATION_NAME),
+                        MODEL,
+                    ),
+                    f"p{int(q * 100)} {{{{{model}}}}} {{{{{label(sc.GEN_AI_OPERATION_NAME)}}}}}",
+                )
+                for q in (0.5, 0.95)
             ),
             unit="s",
         ),
