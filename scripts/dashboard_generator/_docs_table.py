@@ -1,10 +1,10 @@
-"""The registry table of docs/metrics.md: one row per metric, between two marker comments."""
+"""The registry table of docs/metrics.md: one row per metric (the engine's last), between two markers."""
 
 from __future__ import annotations
 
 from typing import Final
 
-from rulvar_otel.otel.metrics.registry import REGISTRY
+from rulvar_otel.otel.metrics.registry import ENGINE_METRICS, REGISTRY
 
 __all__ = ["TABLE_BEGIN", "TABLE_END", "build_metrics_table", "with_metrics_table"]
 
@@ -22,6 +22,12 @@ def build_metrics_table() -> str:
         rows.append(
             f"| `{entry.name}` | {entry.kind.value}, `{entry.unit}`{buckets} | `{entry.prometheus_name}` | "
             f"{', '.join(f'`{a}`' for a in entry.attributes)} | {entry.source} |"
+        )
+    for engine in ENGINE_METRICS:  # not a fold: the engine records them per provider request
+        rows.append(
+            f"| `{engine.name}` | {engine.kind.value}, `{engine.unit}`<br>conventions' buckets | "
+            f"`{engine.prometheus_name}` | {', '.join(f'`{a}`' for a in engine.attributes)} | "
+            f"{engine.source} |"
         )
     return "\n".join(rows)
 
