@@ -12,8 +12,10 @@ import asyncio
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
+import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader, Metric
 from opentelemetry.sdk.resources import Resource
@@ -25,6 +27,8 @@ from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel.direct_metrics import MetricsAggregator, attach_reader
 from rulvar_otel.otel.metrics.registry import ENGINE_METRICS
 from tests._fixtures import STREAMS
+from tests._otel_harness import run_cli
+from tests._otlp_receivers import GrpcMetricsReceiver
 
 
 def _metrics(reader: InMemoryMetricReader) -> dict[str, Metric]:
@@ -119,3 +123,36 @@ def test_a_reader_pointed_at_the_aggregator_still_collects_the_providers_instrum
     assert "host.requests" in names
     assert sc.METRIC_TOOL_CALLS in names
     provider.shutdown()
+
+
+@pytest.mark.parametrize("pipeline", ["direct", "sdk"])
+def test_the_demo_pushes_its_engines_request_metrics_with_the_run_metrics(
+    pipeline: str, tmp_path: Path
+) -> None:
+    with GrpcMetricsReceiver() as receiver:
+        code, _, err = run_cli(
+            "demo", "--out", str(tmp_path / "trace.jsonl"), "--events", str(tmp_path / "events.jsonl"),
+            "--metrics-endpoint", receiver.endpoint, "--protocol", "grpc", "--pipeline", pipeline,
+            "--progress", "off", "--no-tree",
+        )  # fmt: skip
+        assert code == 0, err
+        tokens: Counter[tuple[str, str]] = Counter()
+        resources = set()
+        for request in receiver.requests[-1:]:  # cumulative: the last push holds the totals
+            for resource_metrics in request.resource_metrics:
+                resources.add(resource_metrics.resource.SerializeToString(deterministic=True))
+                for scope_metrics in resource_metrics.scope_metrics:
+                    for metric in scope_metrics.metrics:
+                        if metric.name != sc.GEN_AI_CLIENT_TOKEN_USAGE:
+                            continue
+                        for point in metric.histogram.data_points:
+                            attributes = {kv.key: kv.value.string_value for kv in point.attributes}
+                            key = (attributes[sc.GEN_AI_REQUEST_MODEL], attributes[sc.GEN_AI_TOKEN_TYPE])
+                            tokens[key] += point.sum
+        names = receiver.metric_names()
+    assert {entry.name for entry in ENGINE_METRICS} | {sc.METRIC_INVOCATION_TOKEN_USAGE} <= names
+    assert len(resources) == 1  # one provider, one service.instance.id for both kinds
+    events = [
+        json.loads(line) for line in (tmp_path / "events.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
+    assert dict(tokens) == event_tokens(events)
