@@ -4,8 +4,10 @@ One `rulvar-otel export STREAM --prometheus-port N --prometheus-linger S` proces
 after the other on the same port, as a user exports recorded runs: each process serves every
 counter once, at its final value, for a couple of scrapes and exits. A real Prometheus (1 s
 scrape and rule evaluation, the generated alert rules loaded) scrapes it. Then every panel query
-of every Rulvar dashboard must show a non-zero value, the event alerts must fire, and the
-exposure-drained alert must reach a webhook through a real Alertmanager.
+an export feeds (the recorder's series: every Rulvar panel but the engine's Model requests row,
+which test_model_metrics_live.py feeds from `rulvar-otel demo`) must show a non-zero value, the
+event alerts must fire, and the exposure-drained alert must reach a webhook through a real
+Alertmanager.
 """
 
 from __future__ import annotations
