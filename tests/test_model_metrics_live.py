@@ -2,13 +2,17 @@
 
 `rulvar-otel demo --prometheus-port N --prometheus-linger S` runs the bundled engine, which records
 the per-request gen_ai.client.* metrics into the export's metrics pipeline; a real Prometheus
-(1 s scrapes) scrapes it. Each panel of the row must then show the true numbers, not just some:
-- request tokens per model and token type: exactly the tokens the run's own events report (and
-  the recorder's invocation-token panel shows the same totals);
+(1 s scrapes) scrapes it. Then, on the same port, a host process does what the docs tell hosts:
+an engine given the export's meter (``export_run_async(..., metrics=pipeline)``), on a model that
+answers after known delays, so the duration quantiles have a spread to be right about. Each panel
+of the row must then show the true numbers, not just some:
+- request tokens per model and token type: exactly the tokens the demo's own events report, and
+  the timed host's scripted usage (the recorder's invocation-token panel shows the same totals);
 - requests per model: exactly what the same demo records on an in-process engine (the scripted
-  demo is deterministic), and what the demo itself served;
+  demo is deterministic), and the timed host's eight;
 - request duration p50 / p95 per model and operation: Prometheus's quantile of the buckets the
-  demo served, recomputed here from the scraped text.
+  processes served, recomputed here from the scraped text; for the timed model, inside the
+  buckets its known delays put them in.
 """
 
 from __future__ import annotations
@@ -17,10 +21,10 @@ import json
 import math
 import socket
 import subprocess
+import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -46,6 +50,39 @@ DURATION = next(e for e in ENGINE_METRICS if e.name == sc.GEN_AI_CLIENT_OPERATIO
 
 Labels = frozenset[tuple[str, str]]
 
+# A host's engine on the export's meter, answering after known delays (seconds) per request.
+TIMED_DELAYS = (0.015, 0.03, 0.05, 0.07, 0.1, 0.15, 0.25, 0.45)
+TIMED_MODEL = "timed"
+TIMED_HOST = f"""
+import asyncio, sys
+from rulvar_otel.engine import ScriptedAdapter, create_engine, workflow
+from rulvar_otel.export import ExportOptions, build_metrics_delivery, export_run_async
+
+class TimedAdapter:
+    adapter_id, default_model = "slow", {TIMED_MODEL!r}
+    def __init__(self):
+        self.inner = ScriptedAdapter("slow", default_model={TIMED_MODEL!r})
+        self.delays = iter({TIMED_DELAYS!r})
+    async def turn(self, request):
+        await asyncio.sleep(next(self.delays))
+        return await self.inner.turn(request)
+
+@workflow("timed")
+async def timed(ctx, args):
+    for index in range({len(TIMED_DELAYS)}):
+        await ctx.agent(f"question {{index}}")
+
+async def main(port, out, linger):
+    options = ExportOptions(out=out, prometheus_port=port, prometheus_linger_s=linger)
+    metrics = build_metrics_delivery(options, service_name="timed-host")
+    engine = create_engine([TimedAdapter()], meter=metrics.meter)
+    report = await export_run_async(engine.run(timed, {{}}), options, metrics=metrics, on_note=print)
+    print("exported" if report.ok else report.failures, flush=True)
+    return 0 if report.ok else 1
+
+sys.exit(asyncio.run(main(int(sys.argv[1]), sys.argv[2], float(sys.argv[3]))))
+"""
+
 
 def _free_port() -> int:
     with socket.socket() as sock:
@@ -59,7 +96,7 @@ class DemoRun:
     exit_code: int
     output: str
     events: list[dict[str, Any]]
-    served: dict[tuple[str, Labels], float]  # what the demo's /metrics held once the run ended
+    served: dict[tuple[str, Labels], float]  # what each process's /metrics held once its run ended
 
     def query(self, expr: str) -> dict[Labels, float]:
         body = httpx.get(f"{self.prometheus}/api/v1/query", params={"query": expr}, timeout=5).json()
@@ -85,13 +122,8 @@ def _scrape(url: str) -> dict[tuple[str, Labels], float]:
     }
 
 
-def _run_demo(tmp: Path, port: int) -> tuple[int, str, dict[tuple[str, Labels], float]]:
-    """The demo as a user runs it; the endpoint is scraped once while it lingers."""
-    args = [
-        _cli(), "demo", "--events", str(tmp / "events.jsonl"), "--out", str(tmp / "trace.jsonl"),
-        "--no-tree", "--progress", "off",
-        "--prometheus-port", str(port), "--prometheus-linger", str(LINGER_S),
-    ]  # fmt: skip
+def _run(args: list[str], port: int) -> tuple[int, str, dict[tuple[str, Labels], float]]:
+    """One process serving on ``port``; its endpoint is scraped once while it lingers."""
     process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert process.stdout is not None
     lines: list[str] = []
@@ -137,13 +169,23 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
         _wait_for("Prometheus ready", lambda: httpx.get(f"{url}/-/ready", timeout=2).status_code == 200)
         probe = DemoRun(url, 0, "", [], {})
         _wait_for("the first scrape of the demo port", lambda: bool(probe.query('up{job="rulvar-demo"}')))
-        code, output, served = _run_demo(tmp, demo_port)
+        code, output, served = _run(
+            [
+                _cli(), "demo", "--events", str(tmp / "events.jsonl"), "--out", str(tmp / "demo.jsonl"),
+                "--no-tree", "--progress", "off",
+                "--prometheus-port", str(demo_port), "--prometheus-linger", str(LINGER_S),
+            ],
+            demo_port,
+        )  # fmt: skip
         events = [
             json.loads(line) for line in (tmp / "events.jsonl").read_text(encoding="utf-8").splitlines()
         ]
-        run = DemoRun(url, code, output, events, served)
-        # Wait for a scrape that found the demo gone: every sample it served is stored by then.
-        _wait_for("the demo's last scrape", lambda: 0.0 in run.query('up{job="rulvar-demo"}').values())
+        host = [sys.executable, "-c", TIMED_HOST, str(demo_port), str(tmp / "timed.jsonl"), str(LINGER_S)]
+        host_code, host_output, host_served = _run(host, demo_port)
+        assert host_code == 0, host_output
+        run = DemoRun(url, code, output, events, {**served, **host_served})
+        # Wait for a scrape that found the host gone: every sample it served is stored by then.
+        _wait_for("the last scrape", lambda: 0.0 in run.query('up{job="rulvar-demo"}').values())
         yield run
     finally:
         _stop(prometheus)
@@ -168,9 +210,11 @@ def test_the_demo_exported_and_served_the_engine_metrics(demo: DemoRun) -> None:
 
 def test_request_tokens_panel_shows_the_tokens_the_events_report(demo: DemoRun) -> None:
     (shown,) = demo.panel("Request tokens by model and type")
-    expected = {(model, kind): tokens for (model, kind), tokens in event_tokens(demo.events).items()}
-    assert _by(shown, MODEL, TOKEN_TYPE) == expected
+    expected = event_tokens(demo.events)
     assert sum(expected.values()) > 10_000
+    requests = len(TIMED_DELAYS)  # each answered with the scripted default usage, 10 in and 5 out
+    expected.update({(TIMED_MODEL, "input"): 10.0 * requests, (TIMED_MODEL, "output"): 5.0 * requests})
+    assert _by(shown, MODEL, TOKEN_TYPE) == expected
     # The recorder's invocation-level panel adds up to the same totals per model and token type.
     (invocations,) = demo.panel("Tokens by type and model")
     assert _by(invocations, MODEL, TOKEN_TYPE) == expected
@@ -184,12 +228,13 @@ def test_model_requests_panel_counts_every_request_the_engine_made(demo: DemoRun
         attributes = point.attributes or {}
         key = (str(attributes[sc.GEN_AI_REQUEST_MODEL]), str(attributes.get(sc.ERROR_TYPE, "")))
         expected[key] += point.count  # type: ignore[union-attr]
+    expected[(TIMED_MODEL, "")] = len(TIMED_DELAYS)
     assert _by(shown, MODEL, prometheus_label(sc.ERROR_TYPE)) == {k: float(v) for k, v in expected.items()}
     served = Counter[str]()
     for (name, labels), value in demo.served.items():
         if name == f"{DURATION}_count":
             served[dict(labels)[MODEL]] += int(value)
-    assert sum(served.values()) == sum(expected.values()) >= 10
+    assert sum(served.values()) == sum(expected.values()) >= 18
 
 
 def _histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
@@ -222,3 +267,8 @@ def test_request_duration_panel_shows_the_quantiles_of_the_served_buckets(demo: 
             assert 0 < got[key] <= max(b for b in buckets[key] if b != math.inf), (q, key)
     for key in buckets:
         assert _by(p50, MODEL, OPERATION)[key] <= _by(p95, MODEL, OPERATION)[key]
+    # The timed model's 8 requests took at least their delays (and, on a busy machine, less than
+    # 90 ms more): its 4th fastest lies in (0.04, 0.16] s, its slowest above 0.32 s.
+    timed = (TIMED_MODEL, "chat")
+    assert 0.04 < _by(p50, MODEL, OPERATION)[timed] <= 0.16
+    assert _by(p95, MODEL, OPERATION)[timed] > 0.32
