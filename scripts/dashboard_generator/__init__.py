@@ -6,7 +6,8 @@ Every series and label the generated files read is derived from
 
 - ``_queries``: series names, label matchers and the PromQL shapes (``counted``, ``total``, ...);
 - ``_panels``: the panel spec, template variables and the Grafana builder calls (grafana-foundation-sdk);
-- ``_runs``, ``_orchestration``, ``_tools_quotas``, ``_spans``: one module per dashboard;
+- ``_runs``, ``_orchestration``, ``_tools_quotas``, ``_spans``: one module per dashboard, and
+  ``_boards``: the list of them;
 - ``_alerts``: the Prometheus alert rules;
 - ``_docs_table``: the registry table of docs/metrics.md.
 """
