@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,10 @@ def test_one_shot_exports_fire_only_because_born_series_are_counted(
     # With plain increase() (what the rules used before), a series born at its final value counts
     # as nothing: both one-shot cases of the rate-based alerts must then fail.
     generator = generator_module()
-    monkeypatch.setattr(generator, "counted", lambda selector, window: f"increase({selector}[{window}])")
+    for module in ("dashboard_generator._queries", "dashboard_generator._alerts"):  # where it is read
+        monkeypatch.setattr(
+            sys.modules[module], "counted", lambda selector, window: f"increase({selector}[{window}])"
+        )
     (tmp_path / ALERTS.name).write_text(generator.build_alerts_text(), encoding="utf-8")
     shutil.copy(ALERTS_TEST, tmp_path / ALERTS_TEST.name)
     result = _promtool("test", "rules", ALERTS_TEST.name, cwd=tmp_path)

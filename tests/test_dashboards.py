@@ -15,6 +15,7 @@ import yaml
 
 from rulvar_otel.otel.metrics import REGISTRY
 from rulvar_otel.otel.metrics.registry import (
+    ENGINE_METRICS,
     SPAN_METRICS,
     SPAN_METRICS_DIMENSIONS,
     SPAN_METRICS_DURATION_UNIT,
@@ -41,9 +42,47 @@ def dashboards() -> dict[str, dict[str, Any]]:
     return {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(DASHBOARDS.glob("*.json"))}
 
 
+def data_panels(board: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every panel that queries (row headers only group them)."""
+    return [panel for panel in board["panels"] if panel["type"] != "row"]
+
+
 def panel_queries(board: dict[str, Any]) -> list[tuple[str, str]]:
     """(panel title, expr) for every target of every panel."""
-    return [(panel["title"], target["expr"]) for panel in board["panels"] for target in panel["targets"]]
+    return [(panel["title"], target["expr"]) for panel in data_panels(board) for target in panel["targets"]]
+
+
+# Who writes a series, so a test feeds each panel from the source that can fill it: an export of
+# any run (the recorder's folds), the bundled engine where it calls a provider with a meter
+# (`rulvar-otel demo` with metrics), or the collector's spanmetrics connector.
+RECORDER, ENGINE, COLLECTOR = "recorder", "engine", "collector"
+
+
+def series_sources() -> dict[str, str]:
+    """Every Prometheus series a dashboard may read -> who writes it."""
+    out: dict[str, str] = {}
+    for source, entries in ((RECORDER, REGISTRY), (ENGINE, ENGINE_METRICS), (COLLECTOR, SPAN_METRICS)):
+        for entry in entries:
+            out.update(dict.fromkeys(entry.prometheus_series, source))
+    return out
+
+
+def query_source(expr: str) -> str:
+    """The one source every series of ``expr`` comes from (a panel never mixes them)."""
+    sources = series_sources()
+    found = {sources[name] for name in promql_references(expr)[0]}
+    assert len(found) == 1, f"{expr!r} reads series of {found}"
+    return found.pop()
+
+
+def panels_fed_by(source: str) -> list[tuple[str, str]]:
+    """(dashboard / panel title, expr) of every panel target whose series ``source`` writes."""
+    return [
+        (f"{board_name} / {title}", expr)
+        for board_name, board in dashboards().items()
+        for title, expr in panel_queries(board)
+        if query_source(expr) == source
+    ]
 
 
 def runnable(expr: str, window: str = "10m") -> str:
@@ -138,7 +177,7 @@ def test_variables_and_datasources() -> None:
                 .replace(",", "{}", 1)
                 .split("{}")[0]
             )
-        for panel in board["panels"]:
+        for panel in data_panels(board):
             assert panel["datasource"]["uid"] == "${datasource}"
             assert panel["targets"], panel["title"]
             for target in panel["targets"]:
@@ -147,7 +186,8 @@ def test_variables_and_datasources() -> None:
 
 def test_every_offered_variable_filters_every_series_that_carries_its_label() -> None:
     # A variable on a dashboard must never leave a panel unfiltered that it could filter: the
-    # workflow variable reaches every rulvar panel (every event metric carries rulvar_workflow).
+    # workflow variable reaches every recorder panel (every event metric carries rulvar_workflow);
+    # the engine's per-request series carry no workflow, only a model.
     known = registry_series_labels()
     by_variable = {"workflow": "rulvar_workflow", "model": "gen_ai_request_model", "service": "service_name"}
     for name, board in dashboards().items():
@@ -160,9 +200,11 @@ def test_every_offered_variable_filters_every_series_that_carries_its_label() ->
                         continue
                     for selector in re.findall(rf"\b{series_name}(\{{[^}}]*\}})?", expr):
                         assert f'{label}=~"${variable}"' in selector, (name, title, series_name, variable)
-        if name != "rulvar-spans":
-            for title, expr in panel_queries(board):
+        for title, expr in panel_queries(board):
+            if query_source(expr) == RECORDER:
                 assert 'rulvar_workflow=~"$workflow"' in expr, (name, title)
+            elif query_source(expr) == ENGINE:
+                assert 'gen_ai_request_model=~"$model"' in expr, (name, title)
 
 
 def test_every_counter_read_counts_series_born_at_their_final_value() -> None:
@@ -182,6 +224,25 @@ def test_the_spanmetrics_panels_are_found_for_the_collector_tests() -> None:
     assert len(queries) >= 6
     assert all(title.startswith("rulvar-spans / ") for title, _ in queries)
     assert all("$" not in expr for _, expr in queries)
+
+
+def test_each_panel_reads_one_source_and_the_engine_panels_sit_in_their_own_row() -> None:
+    assert {query_source(expr) for board in dashboards().values() for _, expr in panel_queries(board)} == {
+        RECORDER,
+        ENGINE,
+        COLLECTOR,
+    }
+    runs = dashboards()["rulvar-runs"]["panels"]
+    rows = [index for index, panel in enumerate(runs) if panel["type"] == "row"]
+    assert [runs[index]["title"] for index in rows] == ["Model requests (engine, per provider request)"]
+    after = {query_source(t["expr"]) for panel in runs[rows[0] + 1 :] for t in panel["targets"]}
+    before = {query_source(t["expr"]) for panel in runs[: rows[0]] for t in panel["targets"]}
+    assert (before, after) == ({RECORDER}, {ENGINE})
+    assert {title for title, _ in panels_fed_by(ENGINE)} == {
+        "rulvar-runs / Request tokens by model and type",
+        "rulvar-runs / Model requests by model and error type",
+        "rulvar-runs / Request duration p50 / p95 by model and operation",
+    }
 
 
 def test_spanmetrics_names_match_the_shipped_connector_config() -> None:
@@ -204,7 +265,7 @@ def test_every_panel_reads_only_registry_series_and_every_metric_is_shown() -> N
     for board in dashboards().values():
         for _, expr in panel_queries(board):
             shown |= assert_reads_only_the_registry(expr)
-    for entry in (*REGISTRY, *SPAN_METRICS):
+    for entry in (*REGISTRY, *ENGINE_METRICS, *SPAN_METRICS):
         assert shown & set(entry.prometheus_series), f"{entry.name} is on no dashboard"
 
 

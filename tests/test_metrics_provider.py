@@ -80,6 +80,10 @@ def test_the_endpoint_lingers_with_the_final_values_after_the_export_then_closes
         text = httpx.get(url, timeout=5).text
         assert "rulvar_runs_settled_total{" in text and 'rulvar_workflow="throttled"' in text
         assert pipeline.prometheus_scrapes >= 1
+        # The first scrape of the linger serves every series once (flushing before the linger
+        # once queued a collection that this scrape served beside its own).
+        samples = [line for line in text.splitlines() if line and not line.startswith("#")]
+        assert len(samples) == len(set(samples))
     finally:
         closer.join(timeout=10)
     assert done.is_set()

@@ -37,9 +37,12 @@ from rulvar_otel.export import (
     EventObserver,
     ExportOptions,
     ExportReport,
+    MetricsPipeline,
+    build_metrics_delivery,
     export_run,
     export_run_async,
     parse_header,
+    resolve_service_name,
 )
 from rulvar_otel.masking import compile_secret_masker, set_output_masker
 
@@ -50,6 +53,7 @@ __all__ = [
     "EXIT_USAGE",
     "CommandOptions",
     "PatternOption",
+    "open_metrics",
     "options_from_cli",
     "run_export",
     "run_export_async",
@@ -303,6 +307,20 @@ def options_from_cli(
     return CommandOptions(export=export, progress=progress, tree=tree)
 
 
+def open_metrics(command: CommandOptions) -> MetricsPipeline | None:
+    """The metrics pipeline the options ask for, built before the run starts (None: none asked for).
+
+    A command whose run records metrics of its own (an engine given ``.meter``) opens it first and
+    hands it to :func:`run_export_async`, so both land in one provider and one endpoint.
+    :class:`ConfigError` (naming the flag) when a destination is unusable, a taken port say.
+    """
+    service = resolve_service_name(command.export, None)
+    try:
+        return build_metrics_delivery(command.export, service_name=service)
+    except ConfigError as exc:
+        raise ConfigError(_flagged(str(exc))) from None
+
+
 def with_export_options(command: Callable[..., None]) -> Callable[..., None]:
     """Give a Typer command every export option, delivered as one ``options: CommandOptions``.
 
@@ -402,9 +420,14 @@ def run_export(
 
 
 async def run_export_async(
-    handle: RunHandle, command: CommandOptions, *, stdout: TextIO | None = None, stderr: TextIO | None = None
+    handle: RunHandle,
+    command: CommandOptions,
+    *,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+    metrics: MetricsPipeline | None = None,
 ) -> tuple[int, ExportReport]:
-    """:func:`run_export` from async code."""
+    """:func:`run_export` from async code; ``metrics``: a pipeline built by :func:`open_metrics`."""
     notes = _LiveNotes(command, stderr)
     counter = _StreamEventCounter()
     report = await export_run_async(
@@ -413,6 +436,7 @@ async def run_export_async(
         observers=_observers(command, counter),
         on_note=notes,
         keep_spans=command.tree is not False,
+        metrics=metrics,
     )
     return _print(report, command, notes, counter, stdout, stderr), report
 

@@ -1,6 +1,8 @@
 """``rulvar-otel demo`` and ``rulvar-otel replay``: the bundled engine, exported live.
 
-``demo`` runs the bundled multi-agent sample on the scripted adapter and exports it while it runs;
+``demo`` runs the bundled multi-agent sample on the scripted adapter and exports it while it runs
+(with metrics asked for, the engine records its per-request ``gen_ai.client.*`` metrics into the
+export's metrics pipeline, next to the run metrics);
 ``replay`` dry-run resumes a journaled run (zero model calls) and exports the re-emitted history.
 """
 
@@ -19,6 +21,7 @@ from rulvar_otel.cli._common import (
     EXIT_OK,
     EXIT_USAGE,
     CommandOptions,
+    open_metrics,
     run_export_async,
     say,
     with_export_options,
@@ -33,6 +36,7 @@ from rulvar_otel.engine import (
 )
 from rulvar_otel.engine.demo import DEMO_PRICING, DEMO_WORKFLOWS, build_demo
 from rulvar_otel.errors import ConfigError, JournalError, RulvarOtelError, RunRejectedError
+from rulvar_otel.export import MetricsPipeline
 
 __all__ = ["demo_command", "register", "replay_command"]
 
@@ -55,10 +59,15 @@ async def _write_events(handle: EngineRunHandle, path: Path) -> None:
             fh.write(orjson.dumps(event_to_wire(event)).decode() + "\n")
 
 
-async def _export(handle: EngineRunHandle, options: CommandOptions, events: Path | None) -> int:
+async def _export(
+    handle: EngineRunHandle,
+    options: CommandOptions,
+    events: Path | None,
+    metrics: MetricsPipeline | None = None,
+) -> int:
     writer = asyncio.create_task(_write_events(handle, events)) if events is not None else None
     try:
-        code, _ = await run_export_async(handle, options)
+        code, _ = await run_export_async(handle, options, metrics=metrics)
     finally:
         if writer is not None:
             try:
@@ -106,13 +115,22 @@ def demo_command(
 
     async def main() -> int:
         store = JsonlJournalStore(journal) if journal is not None else None
-        setup = build_demo(journal=store)
+        try:
+            metrics = open_metrics(options)
+        except ConfigError as exc:
+            say(f"error: {exc}")
+            return EXIT_USAGE
+        # The engine records the per-request gen_ai.client.* metrics into the export's provider.
+        setup = build_demo(journal=store, meter=metrics.meter if metrics is not None else None)
         try:
             handle = setup.engine.run(setup.workflow, setup.args, run_id=run_id, budget_usd=budget_usd)
         except RulvarOtelError as exc:
+            if metrics is not None:
+                metrics.stop_linger.set()
+                metrics.shutdown()
             say(f"error: {exc}")
             return EXIT_USAGE
-        code = await _export(handle, options, events)
+        code = await _export(handle, options, events, metrics)
         if journal is not None and code == EXIT_OK:
             say(
                 f"run {handle.run_id} journaled in {journal}; replay it with: "

@@ -3,8 +3,9 @@
 ``gen_ai.client.operation.duration`` (seconds) and ``gen_ai.client.token.usage`` (tokens, by
 ``gen_ai.token.type``) are defined per provider request, so only the engine, which makes each
 request, can record them truly (the stream fold records invocation-level metrics instead). The
-instruments and attribute names come from the OpenTelemetry semantic-conventions package, imported
-only when an engine is given a meter, so importing the engine loads no OpenTelemetry module.
+metric and attribute names come from the OpenTelemetry semantic-conventions package (the
+histograms carry the conventions' advisory bucket boundaries), imported only when an engine is given
+a meter, so importing the engine loads no OpenTelemetry module.
 
 Attributes, as on the exported invocation spans: ``gen_ai.operation.name`` = ``chat``;
 ``gen_ai.provider.name`` = the adapter id (name adapters by the convention's well-known values,
@@ -16,7 +17,7 @@ masked, and the provider and model are split from the masked ``adapter:model`` r
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from rulvar_otel.core.events import Usage
 from rulvar_otel.core.masking import SecretMasker
@@ -24,7 +25,22 @@ from rulvar_otel.core.masking import SecretMasker
 if TYPE_CHECKING:
     from opentelemetry.metrics import Histogram, Meter
 
-__all__ = ["NO_TIMER", "ProviderCallMetrics", "RequestTimer"]
+__all__ = [
+    "NO_TIMER",
+    "REQUEST_DURATION_BUCKETS",
+    "TOKEN_USAGE_BUCKETS",
+    "ProviderCallMetrics",
+    "RequestTimer",
+]
+
+# The GenAI semantic conventions' advisory bucket boundaries of the two metrics.
+REQUEST_DURATION_BUCKETS: Final = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+)  # fmt: skip
+TOKEN_USAGE_BUCKETS: Final = (
+    1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0,
+    4194304.0, 16777216.0, 67108864.0,
+)  # fmt: skip
 
 
 class RequestTimer(Protocol):
@@ -51,12 +67,25 @@ class ProviderCallMetrics:
 
     def __init__(self, meter: Meter, masker: SecretMasker) -> None:
         from opentelemetry.semconv._incubating.metrics.gen_ai_metrics import (
-            create_gen_ai_client_operation_duration,
-            create_gen_ai_client_token_usage,
+            GEN_AI_CLIENT_OPERATION_DURATION,
+            GEN_AI_CLIENT_TOKEN_USAGE,
         )
 
-        self.duration: Histogram = create_gen_ai_client_operation_duration(meter)
-        self.token_usage: Histogram = create_gen_ai_client_token_usage(meter)
+        # The semconv package's create_* helpers leave out the conventions' advisory buckets; the
+        # SDK's defaults (0, 5, 10, 25, ... 10000) would put every request of a few seconds, and
+        # every token count below 5 000, into one bucket.
+        self.duration: Histogram = meter.create_histogram(
+            GEN_AI_CLIENT_OPERATION_DURATION,
+            unit="s",
+            description="GenAI operation duration.",
+            explicit_bucket_boundaries_advisory=REQUEST_DURATION_BUCKETS,
+        )
+        self.token_usage: Histogram = meter.create_histogram(
+            GEN_AI_CLIENT_TOKEN_USAGE,
+            unit="{token}",
+            description="Number of input and output tokens used.",
+            explicit_bucket_boundaries_advisory=TOKEN_USAGE_BUCKETS,
+        )
         self.masker = masker
 
     def timer(self, model_ref: str) -> RequestTimer:

@@ -188,8 +188,12 @@ class MetricsPipeline:
         try:
             if self._server is not None and self.linger_s > 0:
                 # Push what is pending now rather than after the linger; the endpoint serves the
-                # final values meanwhile (a scrape collects them itself).
-                self.provider.force_flush(timeout_millis=self.timeout_s * 1000)
+                # final values meanwhile (a scrape collects them itself). Only the push readers:
+                # flushing the Prometheus reader queues a collection that the next scrape would
+                # serve next to its own, every series twice.
+                for reader in self.readers:
+                    if not isinstance(reader, PrometheusMetricReader):
+                        reader.force_flush(timeout_millis=self.timeout_s * 1000)
                 self.stop_linger.wait(self.linger_s)
         finally:
             try:

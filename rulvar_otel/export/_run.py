@@ -51,8 +51,10 @@ class _Export:
         environ: Mapping[str, str] | None,
         keep_spans: bool,
         pipeline: PipelineFactory | None = None,
+        metrics: MetricsPipeline | None = None,
     ) -> None:
         self.options = options
+        self.given_metrics = metrics
         if pipeline is None:
             pipeline = direct_pipeline if options.pipeline == "direct" else sdk_pipeline
         self.make_pipeline: PipelineFactory = pipeline
@@ -90,7 +92,11 @@ class _Export:
     def open(self) -> bool:
         try:
             service = resolve_service_name(self.options, self.environ)
-            self.metrics = build_metrics_delivery(self.options, service_name=service, environ=self.environ)
+            self.metrics = self.given_metrics
+            if self.metrics is None:
+                self.metrics = build_metrics_delivery(
+                    self.options, service_name=service, environ=self.environ
+                )
             meter = self.metrics.meter if self.metrics is not None else None
             self.pipeline = self.make_pipeline(
                 self.options,
@@ -205,13 +211,14 @@ async def export_run_async(
     keep_spans: bool = False,
     environ: Mapping[str, str] | None = None,
     pipeline: PipelineFactory | None = None,
+    metrics: MetricsPipeline | None = None,
 ) -> ExportReport:
     """Export one run end to end from async code; see :func:`export_run`.
 
     Cancelling the calling task (Ctrl-C under ``asyncio.run``) stops reading: what was read is
     exported and the report says ``interrupted``.
     """
-    export = _Export(options, observers, on_note, environ, keep_spans, pipeline)
+    export = _Export(options, observers, on_note, environ, keep_spans, pipeline, metrics)
     with export.capture:
         if not export.open():
             return export.report_only()
@@ -317,6 +324,7 @@ def export_run(
     keep_spans: bool = False,
     environ: Mapping[str, str] | None = None,
     pipeline: PipelineFactory | None = None,
+    metrics: MetricsPipeline | None = None,
 ) -> ExportReport:
     """Export one run end to end: destinations, spans (and metrics), flush, report.
 
@@ -324,13 +332,16 @@ def export_run(
     status lines as they happen (the Prometheus address, say); ``keep_spans`` keeps ended spans
     in the report (every root, a bounded number of others) for a terminal tree; ``pipeline``
     replaces the span pipeline ``options.pipeline`` picks (:func:`sdk_pipeline` or the direct
-    path's). Never raises
+    path's); ``metrics`` is a metrics pipeline the caller built for ``options`` already
+    (:func:`build_metrics_delivery`), so that the run's own producer records into the same provider
+    (an engine given ``metrics.meter``): the export then uses it instead of building one, and shuts
+    it down when it ends. Never raises
     for bad options, bad input or an unreachable backend: see :attr:`ExportReport.failures`.
     A :class:`StreamedRun` over a plain iterable is drained without an event loop, so the first
     Ctrl-C ends even a blocked read; the report then says ``interrupted``.
     """
     if isinstance(handle, StreamedRun) and handle.is_sync:
-        export = _Export(options, observers, on_note, environ, keep_spans, pipeline)
+        export = _Export(options, observers, on_note, environ, keep_spans, pipeline, metrics)
         with export.capture, _Interrupt(export) as interrupt:
             if not export.open():
                 return export.report_only()
@@ -346,5 +357,6 @@ def export_run(
             keep_spans=keep_spans,
             environ=environ,
             pipeline=pipeline,
+            metrics=metrics,
         )
     )

@@ -372,13 +372,43 @@ def attach_reader(reader: MetricReader, aggregator: MetricsAggregator) -> Metric
 
     The reader keeps all of its own behaviour (its schedule, its final push on shutdown, its
     scrape endpoint); only where a collection reads from changes. Tests pin that this holds.
+    A reader already registered on a ``MeterProvider`` keeps collecting that provider's own
+    instruments too (an engine's per-request ``gen_ai.client.*`` metrics, a host's), after the
+    aggregator's metrics.
     """
+    provider_collect: Callable[..., MetricsData | None] | None = getattr(reader, "_collect", None)
 
     def collect(_reader: MetricReader, timeout_millis: float = 10_000) -> MetricsData:
-        return aggregator.metrics_data()
+        data = aggregator.metrics_data()
+        if provider_collect is None:
+            return data
+        return _merged(data, provider_collect(_reader, timeout_millis=timeout_millis))
 
     reader._set_collect_callback(collect)  # type: ignore[arg-type]
     return reader
+
+
+def _merged(ours: MetricsData, theirs: MetricsData | None) -> MetricsData:
+    """``ours`` plus ``theirs``: one entry per resource, one per instrumentation scope within it."""
+    if theirs is None or not theirs.resource_metrics:
+        return ours
+    resources = list(ours.resource_metrics)
+    for extra in theirs.resource_metrics:
+        index = next((i for i, r in enumerate(resources) if r.resource == extra.resource), None)
+        if index is None:
+            resources.append(extra)
+            continue
+        scopes = list(resources[index].scope_metrics)
+        for scope in extra.scope_metrics:
+            at = next((i for i, s in enumerate(scopes) if s.scope == scope.scope), None)
+            if at is None:
+                scopes.append(scope)
+            else:
+                same = scopes[at]
+                scopes[at] = ScopeMetrics(same.scope, [*same.metrics, *scope.metrics], same.schema_url)
+        base = resources[index]
+        resources[index] = ResourceMetrics(base.resource, scopes, base.schema_url)
+    return MetricsData(resources)
 
 
 def otlp_reader(

@@ -48,13 +48,13 @@ def promql_references(expr: str) -> tuple[dict[str, set[str]], set[str]]:
 def registry_series_labels() -> dict[str, set[str]]:
     """Every Prometheus series the registry defines -> the labels it carries.
 
-    The registry's own metrics, and the collector's spanmetrics series it names.
+    The registry's own metrics, and the engine's and the collector's series it names.
     """
     from rulvar_otel.otel.metrics import REGISTRY
-    from rulvar_otel.otel.metrics.registry import SPAN_METRICS
+    from rulvar_otel.otel.metrics.registry import ENGINE_METRICS, SPAN_METRICS
 
     out: dict[str, set[str]] = {}
-    for entry in (*REGISTRY, *SPAN_METRICS):
+    for entry in (*REGISTRY, *ENGINE_METRICS, *SPAN_METRICS):
         for name in entry.prometheus_series:
             out[name] = set(entry.prometheus_labels) | ({"le"} if name.endswith("_bucket") else set())
     return out

@@ -4,7 +4,9 @@ Every metric the package records is defined here once: its OpenTelemetry name, i
 unit, description, its (low-cardinality) attribute set, explicit histogram buckets, the Prometheus
 series it becomes, and the fold that records it. The recorder, the Grafana dashboards, the
 Prometheus alert rules and the collector configs are all generated from, or tested against, this
-table, so a dashboard can never query a series the recorder does not write.
+table, so a dashboard can never query a series the recorder does not write. Two smaller tables name
+the series written elsewhere that the dashboards read too: :data:`ENGINE_METRICS` (the bundled
+engine's per-request ``gen_ai.client.*`` metrics) and :data:`SPAN_METRICS` (the collector's).
 
 This module is the declarative table (plus the small types it needs); the folds it names, and the
 per-run :class:`FoldState` they read, live in :mod:`rulvar_otel.otel.metrics._folds`.
@@ -51,6 +53,7 @@ from rulvar_otel.otel.metrics._folds import (
 
 __all__ = [
     "ADVANCE_TYPES",
+    "ENGINE_METRICS",
     "FINISH",
     "REGISTRY",
     "SPAN_METRICS",
@@ -59,6 +62,7 @@ __all__ = [
     "SPAN_METRICS_NAMESPACE",
     "CollectorSeries",
     "AttrValue",
+    "EngineSeries",
     "Fold",
     "FoldState",
     "InstrumentKind",
@@ -103,6 +107,16 @@ def prometheus_label(attribute: str) -> str:
     return "".join(out)
 
 
+def _prometheus_name(name: str, unit: str, kind: InstrumentKind) -> str:
+    base = name.replace(".", "_")
+    suffix = _prometheus_unit(unit)
+    if suffix and not base.endswith("_" + suffix):
+        base = f"{base}_{suffix}"
+    if kind is InstrumentKind.COUNTER:
+        base = f"{base}_total"
+    return base
+
+
 @dataclass(frozen=True, slots=True)
 class MetricDefinition:
     """One metric: everything a recorder, a dashboard or an alert needs to agree on."""
@@ -120,13 +134,7 @@ class MetricDefinition:
     @property
     def prometheus_name(self) -> str:
         """The series name without the histogram suffixes (``_total`` included for counters)."""
-        base = self.name.replace(".", "_")
-        suffix = _prometheus_unit(self.unit)
-        if suffix and not base.endswith("_" + suffix):
-            base = f"{base}_{suffix}"
-        if self.kind is InstrumentKind.COUNTER:
-            base = f"{base}_total"
-        return base
+        return _prometheus_name(self.name, self.unit, self.kind)
 
     @property
     def prometheus_series(self) -> tuple[str, ...]:
@@ -332,6 +340,65 @@ def definition(name: str) -> MetricDefinition:
         if entry.name == name:
             return entry
     raise KeyError(name)
+
+
+# --- series the bundled engine records per provider request -----------------------------------
+#
+# The GenAI conventions define gen_ai.client.* per provider request, which only the caller making
+# the request sees: rulvar_otel.engine.provider_metrics records them when an engine is given a
+# meter (`rulvar-otel demo` gives it the export's). No fold writes them and they carry no
+# rulvar.workflow. The dashboards read them from here; a test checks these definitions against
+# what an engine records.
+
+# The GenAI conventions' advisory buckets for the request duration (seconds); the token buckets
+# are TOKEN_BUCKETS above.
+REQUEST_DURATION_BUCKETS: Final = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+)  # fmt: skip
+_REQUEST_ATTRS: Final = (sc.GEN_AI_OPERATION_NAME, sc.GEN_AI_PROVIDER_NAME, sc.GEN_AI_REQUEST_MODEL)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSeries:
+    """A metric the engine records where it calls a provider (never the recorder's folds)."""
+
+    name: str
+    kind: InstrumentKind
+    unit: str
+    description: str
+    attributes: tuple[str, ...]
+    buckets: tuple[float, ...]
+    source: str  # when one is recorded (prose, rendered into the docs)
+
+    @property
+    def prometheus_name(self) -> str:
+        return _prometheus_name(self.name, self.unit, self.kind)
+
+    @property
+    def prometheus_series(self) -> tuple[str, ...]:
+        base = self.prometheus_name
+        if self.kind is InstrumentKind.HISTOGRAM:
+            return (f"{base}_bucket", f"{base}_sum", f"{base}_count")
+        return (base,)
+
+    @property
+    def prometheus_labels(self) -> tuple[str, ...]:
+        return tuple(prometheus_label(a) for a in self.attributes)
+
+
+ENGINE_METRICS: Final[tuple[EngineSeries, ...]] = (
+    EngineSeries(
+        sc.GEN_AI_CLIENT_TOKEN_USAGE, InstrumentKind.HISTOGRAM, "{token}",
+        "Number of input and output tokens used.",
+        (*_REQUEST_ATTRS, sc.GEN_AI_TOKEN_TYPE), TOKEN_BUCKETS,
+        "engine: two per answered provider request (token type `input`, `output`)",
+    ),
+    EngineSeries(
+        sc.GEN_AI_CLIENT_OPERATION_DURATION, InstrumentKind.HISTOGRAM, "s", "GenAI operation duration.",
+        (*_REQUEST_ATTRS, sc.ERROR_TYPE), REQUEST_DURATION_BUCKETS,
+        "engine: one per provider request, answered or failed (`error.type` on a failure)",
+    ),
+)  # fmt: skip
 
 
 # --- series the collector derives from our spans ----------------------------------------------
