@@ -11,12 +11,14 @@ from typing import Any
 import pytest
 import yaml
 
-from tests._support import assert_reads_only_the_registry, require_tool
-from tests.test_dashboards import generator_module
-
-PROMETHEUS_DIR = Path(__file__).resolve().parents[1] / "collector_config" / "prometheus"
-ALERTS = PROMETHEUS_DIR / "alerts.yml"
-ALERTS_TEST = PROMETHEUS_DIR / "alerts_test.yml"
+from tests._support import (
+    ALERTS,
+    ALERTS_TEST,
+    PROMETHEUS_DIR,
+    assert_reads_only_the_registry,
+    generator_module,
+    require_tool,
+)
 
 
 def _promtool(*args: str, cwd: Path = PROMETHEUS_DIR) -> subprocess.CompletedProcess[str]:

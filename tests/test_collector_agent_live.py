@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -37,18 +36,19 @@ from tests._support import (
     JaegerSpan,
     Prometheus,
     Service,
+    dashboards,
     free_port,
     otlp_json_spans,
+    panel_queries,
+    rulvar_otel_command,
     start_collector,
     start_jaeger,
     start_prometheus,
     wait_for,
 )
-from tests.test_dashboards import dashboards, panel_queries
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(BUILD_TIMEOUT_S)]
 
-RULVAR_OTEL = str(Path(sys.executable).with_name("rulvar-otel"))
 # Span counts of the streams as rulvar-otel maps them (large: every one of its 8,021 spans).
 STREAM_SPANS = {"tools": 17, "nested": 10, "large": 8021}
 JAEGER_WARNINGS = "@jaeger@warnings"
@@ -93,8 +93,8 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
 
 def _export(stream: str, *args: str) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
-        [RULVAR_OTEL, "export", str(STREAMS / f"{stream}.jsonl"), "--deterministic-ids", "--progress", "off",
-         "--no-tree", *args],
+        [rulvar_otel_command(), "export", str(STREAMS / f"{stream}.jsonl"), "--deterministic-ids",
+         "--progress", "off", "--no-tree", *args],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr

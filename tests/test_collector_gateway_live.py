@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import random
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
-from pathlib import Path
 
 import pytest
 import yaml
@@ -37,6 +35,7 @@ from tests._support import (
     JaegerSpan,
     Service,
     free_port,
+    rulvar_otel_command,
     start_collector,
     start_jaeger,
     wait_for,
@@ -45,7 +44,6 @@ from tests._support import (
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(BUILD_TIMEOUT_S)]
 
-RULVAR_OTEL = str(Path(sys.executable).with_name("rulvar-otel"))
 SAMPLER_TAG = "rulvar.collector.sampler"
 DECISION_WAIT_S = 3
 HEALTHY, ERRORED, UNSETTLED = 120, 6, 6
@@ -155,7 +153,7 @@ def _send_synthetic(endpoint: str) -> dict[str, set[str]]:
 def _export(stream: str, endpoint: str, service: str) -> str:
     path = str(STREAMS / f"{stream}.jsonl")
     result = subprocess.run(
-        [RULVAR_OTEL, "export", path, "--endpoint", endpoint, "--protocol", "grpc",
+        [rulvar_otel_command(), "export", path, "--endpoint", endpoint, "--protocol", "grpc",
          "--deterministic-ids", "--service-name", service, "--progress", "off", "--no-tree"],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip

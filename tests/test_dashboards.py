@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
-from types import ModuleType
-from typing import Any
 
 import pytest
 import yaml
@@ -21,95 +17,23 @@ from rulvar_otel.otel.metrics.registry import (
     SPAN_METRICS_DURATION_UNIT,
     SPAN_METRICS_NAMESPACE,
 )
-from tests._support import assert_reads_only_the_registry, promql_references, registry_series_labels
+from tests._support import (
+    COLLECTOR,
+    ENGINE,
+    RECORDER,
+    assert_reads_only_the_registry,
+    dashboards,
+    data_panels,
+    generator_module,
+    panel_queries,
+    panels_fed_by,
+    promql_references,
+    query_source,
+    registry_series_labels,
+    spanmetrics_panel_queries,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
-DASHBOARDS = ROOT / "dashboards"
-
-
-def generator_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "generate_dashboards", ROOT / "scripts" / "generate_dashboards.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("generate_dashboards", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-def dashboards() -> dict[str, dict[str, Any]]:
-    return {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(DASHBOARDS.glob("*.json"))}
-
-
-def data_panels(board: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every panel that queries (row headers only group them)."""
-    return [panel for panel in board["panels"] if panel["type"] != "row"]
-
-
-def panel_queries(board: dict[str, Any]) -> list[tuple[str, str]]:
-    """(panel title, expr) for every target of every panel."""
-    return [(panel["title"], target["expr"]) for panel in data_panels(board) for target in panel["targets"]]
-
-
-# Who writes a series, so a test feeds each panel from the source that can fill it: an export of
-# any run (the recorder's folds), the bundled engine where it calls a provider with a meter
-# (`rulvar-otel demo` with metrics), or the collector's spanmetrics connector.
-RECORDER, ENGINE, COLLECTOR = "recorder", "engine", "collector"
-
-
-def series_sources() -> dict[str, str]:
-    """Every Prometheus series a dashboard may read -> who writes it."""
-    out: dict[str, str] = {}
-    for source, entries in ((RECORDER, REGISTRY), (ENGINE, ENGINE_METRICS), (COLLECTOR, SPAN_METRICS)):
-        for entry in entries:
-            out.update(dict.fromkeys(entry.prometheus_series, source))
-    return out
-
-
-def query_source(expr: str) -> str:
-    """The one source every series of ``expr`` comes from (a panel never mixes them)."""
-    sources = series_sources()
-    found = {sources[name] for name in promql_references(expr)[0]}
-    assert len(found) == 1, f"{expr!r} reads series of {found}"
-    return found.pop()
-
-
-def panels_fed_by(source: str) -> list[tuple[str, str]]:
-    """(dashboard / panel title, expr) of every panel target whose series ``source`` writes."""
-    return [
-        (f"{board_name} / {title}", expr)
-        for board_name, board in dashboards().items()
-        for title, expr in panel_queries(board)
-        if query_source(expr) == source
-    ]
-
-
-def runnable(expr: str, window: str = "10m") -> str:
-    """A panel query as Grafana runs it with every variable at "All" and ``window`` for both the
-    rate interval and the dashboard range."""
-    for variable, value in (
-        ("$workflow", ".*"),
-        ("$model", ".*"),
-        ("$service", ".*"),
-        ("$__rate_interval", window),
-        ("$__range", window),
-    ):
-        expr = expr.replace(variable, value)
-    assert "$" not in expr, f"unsubstituted variable in {expr!r}"
-    return expr
-
-
-def spanmetrics_panel_queries(window: str = "10m") -> list[tuple[str, str]]:
-    """(dashboard / panel title, runnable PromQL) for every panel target that reads the
-    collector's spanmetrics series: what a Prometheus scraping the agent collector must answer."""
-    names = tuple(series for entry in SPAN_METRICS for series in entry.prometheus_series)
-    return [
-        (f"{board_name} / {title}", runnable(expr, window))
-        for board_name, board in dashboards().items()
-        for title, expr in panel_queries(board)
-        if any(name in expr for name in names)
-    ]
 
 
 def test_checked_in_files_are_current(capsys: pytest.CaptureFixture[str]) -> None:

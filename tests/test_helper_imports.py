@@ -1,8 +1,9 @@
-"""Shared test helpers have one import surface: ``tests._support``, never one of its submodules.
+"""Shared test helpers have one import surface: ``tests._support``, never one of its submodules
+and never another test module.
 
 Every test file, ``tests/conftest.py`` and the benchmarks are read as source and each import
-statement that reaches into ``tests`` is checked; the checker is first shown to catch the imports
-it forbids. The package itself keeps the module rules: a docstring and ``__all__`` per submodule,
+statement that reaches into ``tests`` is checked; the checkers are first shown to catch the
+imports they forbid. The package itself keeps the module rules: a docstring and ``__all__`` per submodule,
 none over ~600 lines, and an ``__all__`` on its surface that names only what it binds.
 """
 
@@ -36,8 +37,10 @@ def _imported_modules(source: str, module: str) -> list[str]:
                 anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                 base = ".".join([*anchor, base] if base else anchor)
             out.append(base)
-            # `from tests import _x` imports the module tests._x.
-            out.extend(f"{base}.{alias.name}" for alias in node.names if alias.name.startswith("_"))
+            # `from tests import _x` imports the module tests._x, `from tests import test_x` tests.test_x.
+            out.extend(
+                f"{base}.{alias.name}" for alias in node.names if alias.name.startswith(("_", "test_"))
+            )
     return [name for name in out if name == "tests" or name.startswith("tests.")]
 
 
@@ -47,6 +50,16 @@ def private_helper_imports(source: str, module: str) -> list[str]:
         name
         for name in _imported_modules(source, module)
         if any(part.startswith("_") for part in name.split(".")[1:]) and name != SURFACE
+    ]
+
+
+def imports_of_test_modules(source: str, module: str) -> list[str]:
+    """The imports in ``source`` that reach a test module (``tests.test_*``): a helper one test
+    file shares with another belongs in the surface."""
+    return [
+        name
+        for name in _imported_modules(source, module)
+        if any(p.startswith("test_") for p in name.split(".")[1:])
     ]
 
 
@@ -71,11 +84,49 @@ def test_the_checker_catches_every_way_round_the_surface() -> None:
         "from tests._support import events",
         "from tests import _support as fx",
         "import tests._support",
-        "from tests.test_dashboards import dashboards",
         "from rulvar_otel.testing import SpanCapture",
     )
     for source in allowed:
         assert private_helper_imports(source, "tests.test_example") == [], source
+
+
+def test_the_checker_catches_every_import_of_another_test_module() -> None:
+    forbidden = {
+        "from tests.test_dashboards import dashboards": ["tests.test_dashboards"],
+        "import tests.test_alerts": ["tests.test_alerts"],
+        "import tests.test_alerts as alerts": ["tests.test_alerts"],
+        "from tests import test_model_metrics": ["tests.test_model_metrics"],
+        "from tests import _support, test_alerts": ["tests.test_alerts"],
+        "from .test_prometheus_live import _cli": [
+            "tests.test_prometheus_live",
+            "tests.test_prometheus_live._cli",
+        ],
+        "from . import test_dashboards": ["tests.test_dashboards"],
+        "from .test_alerts import ALERTS": ["tests.test_alerts"],
+        "def f():\n    from tests.test_dashboards import runnable": ["tests.test_dashboards"],
+        "if True:\n    import tests.test_dashboards": ["tests.test_dashboards"],
+    }
+    for source, expected in forbidden.items():
+        assert imports_of_test_modules(source, "tests.test_example") == expected, source
+    allowed = (
+        "from tests._support import dashboards",
+        "from tests import _support",
+        "import tests._support",
+        "from tests import conftest",
+        "from rulvar_otel.testing import SpanCapture",
+        "import pytest",
+    )
+    for source in allowed:
+        assert imports_of_test_modules(source, "tests.test_example") == [], source
+
+
+def test_no_test_file_conftest_or_benchmark_imports_another_test_module() -> None:
+    offenders = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path, module in _importing_files()
+        for name in imports_of_test_modules(path.read_text(encoding="utf-8"), module)
+    ]
+    assert offenders == []
 
 
 def test_no_test_file_conftest_or_benchmark_imports_a_helper_submodule() -> None:

@@ -8,65 +8,20 @@ collecting the provider's own instruments (so `rulvar-otel demo` serves both on 
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader, Metric
 from opentelemetry.sdk.resources import Resource
 
-from rulvar_otel.core.events import event_to_wire
 from rulvar_otel.core.masking import compile_secret_masker
-from rulvar_otel.engine.demo import build_demo
 from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel.direct_metrics import MetricsAggregator, attach_reader
 from rulvar_otel.otel.metrics.registry import ENGINE_METRICS
-from tests._support import STREAMS, GrpcMetricsReceiver, run_cli
-
-
-def _metrics(reader: InMemoryMetricReader) -> dict[str, Metric]:
-    data = reader.get_metrics_data()
-    assert data is not None
-    return {
-        metric.name: metric
-        for resource in data.resource_metrics
-        for scope in resource.scope_metrics
-        for metric in scope.metrics
-    }
-
-
-def run_demo_with_meter() -> tuple[dict[str, Metric], list[dict[str, Any]]]:
-    """One demo run on an engine given a meter: (its metrics by name, its wire events)."""
-    reader = InMemoryMetricReader()
-    meter = MeterProvider(metric_readers=[reader]).get_meter("test")
-
-    async def scenario() -> list[dict[str, Any]]:
-        setup = build_demo(meter=meter)
-        handle = setup.engine.run(setup.workflow, setup.args)
-        events = [event_to_wire(event) async for event in handle.events]
-        await handle.result
-        return events
-
-    events = asyncio.run(scenario())
-    return _metrics(reader), events
-
-
-def event_tokens(events: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], float]:
-    """(model id, token type) -> the tokens the run's live agent:phase:end events report."""
-    totals: Counter[tuple[str, str]] = Counter()
-    for event in events:
-        if event.get("type") != "agent:phase:end" or event.get("replayed") is True:
-            continue
-        model = str(event["model"]).partition(":")[2]
-        usage = event["usage"]
-        totals[(model, "input")] += usage["inputTokens"]
-        totals[(model, "output")] += usage["outputTokens"]
-    return {key: float(value) for key, value in totals.items()}
+from tests._support import STREAMS, GrpcMetricsReceiver, event_tokens, run_cli, run_demo_with_meter
 
 
 def _histogram_points(metric: Metric) -> list[HistogramDataPoint]:

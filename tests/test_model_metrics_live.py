@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import socket
 import subprocess
 import sys
 from collections import Counter, defaultdict
@@ -34,10 +33,21 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel.metrics.registry import ENGINE_METRICS, prometheus_label
-from tests.test_alerts import require_tool
-from tests.test_dashboards import ENGINE, dashboards, panel_queries, panels_fed_by, runnable
-from tests.test_model_metrics import event_tokens, run_demo_with_meter
-from tests.test_prometheus_live import _cli, _spawn, _stop, _wait_for
+from tests._support import (
+    ENGINE,
+    dashboards,
+    event_tokens,
+    free_port,
+    panel_queries,
+    panels_fed_by,
+    require_tool,
+    rulvar_otel_command,
+    run_demo_with_meter,
+    runnable,
+    spawn,
+    stop_process,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(180)]
 
@@ -82,12 +92,6 @@ async def main(port, out, linger):
 
 sys.exit(asyncio.run(main(int(sys.argv[1]), sys.argv[2], float(sys.argv[3]))))
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -135,7 +139,7 @@ def _run(args: list[str], port: int) -> tuple[int, str, dict[tuple[str, Labels],
                 served = _scrape(f"http://127.0.0.1:{port}/metrics")
         code = process.wait(timeout=60)
     finally:
-        _stop(process)  # type: ignore[arg-type]
+        stop_process(process)
     return code, "".join(lines), served
 
 
@@ -143,7 +147,7 @@ def _run(args: list[str], port: int) -> tuple[int, str, dict[tuple[str, Labels],
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
     prometheus_bin = require_tool("prometheus")
     tmp = tmp_path_factory.mktemp("model-metrics-live")
-    demo_port, prom_port = _free_port(), _free_port()
+    demo_port, prom_port = free_port(), free_port()
     (tmp / "prometheus.yml").write_text(
         yaml.safe_dump(
             {
@@ -155,7 +159,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
         ),
         encoding="utf-8",
     )
-    prometheus = _spawn(
+    prometheus = spawn(
+        "prometheus",
         [
             prometheus_bin,
             f"--config.file={tmp / 'prometheus.yml'}",
@@ -166,12 +171,13 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
     )
     try:
         url = f"http://127.0.0.1:{prom_port}"
-        _wait_for("Prometheus ready", lambda: httpx.get(f"{url}/-/ready", timeout=2).status_code == 200)
+        wait_for("Prometheus ready", lambda: httpx.get(f"{url}/-/ready", timeout=2).status_code == 200)
         probe = DemoRun(url, 0, "", [], {})
-        _wait_for("the first scrape of the demo port", lambda: bool(probe.query('up{job="rulvar-demo"}')))
+        wait_for("the first scrape of the demo port", lambda: bool(probe.query('up{job="rulvar-demo"}')))
         code, output, served = _run(
             [
-                _cli(), "demo", "--events", str(tmp / "events.jsonl"), "--out", str(tmp / "demo.jsonl"),
+                rulvar_otel_command(), "demo",
+                "--events", str(tmp / "events.jsonl"), "--out", str(tmp / "demo.jsonl"),
                 "--no-tree", "--progress", "off",
                 "--prometheus-port", str(demo_port), "--prometheus-linger", str(LINGER_S),
             ],
@@ -185,10 +191,10 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
         assert host_code == 0, host_output
         run = DemoRun(url, code, output, events, {**served, **host_served})
         # Wait for a scrape that found the host gone: every sample it served is stored by then.
-        _wait_for("the last scrape", lambda: 0.0 in run.query('up{job="rulvar-demo"}').values())
+        wait_for("the last scrape", lambda: 0.0 in run.query('up{job="rulvar-demo"}').values())
         yield run
     finally:
-        _stop(prometheus)
+        prometheus.stop()
 
 
 def _by(result: dict[Labels, float], *labels: str) -> dict[tuple[str, ...], float]:

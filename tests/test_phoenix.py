@@ -12,7 +12,6 @@ kinds Phoenix shows, the token totals it computes, and how failed tools look
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -32,7 +31,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from rulvar_otel.otel import export_events
 from rulvar_otel.otel import semconv as sc
-from tests._support import events, outcome
+from tests._support import events, free_port, outcome
 
 PHOENIX_REQUIREMENT = "arize-phoenix==20.26.1"
 INSTALL_TIMEOUT_S = 900
@@ -65,12 +64,6 @@ def _ensure_phoenix() -> Path:
     assert proc.returncode == 0, f"installing {PHOENIX_REQUIREMENT} failed:\n{proc.stderr[-3000:]}"
     marker.write_text(PHOENIX_REQUIREMENT)
     return python
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Phoenix:
@@ -116,7 +109,7 @@ class Phoenix:
 def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Phoenix]:
     python = _ensure_phoenix()
     workdir = tmp_path_factory.mktemp("phoenix")
-    http_port, grpc_port = _free_port(), _free_port()
+    http_port, grpc_port = free_port(), free_port()
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("PHOENIX_", "OTEL_"))},
         "PHOENIX_HOST": "127.0.0.1",

@@ -16,12 +16,10 @@ import json
 import math
 import re
 import shutil
-import socket
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -32,17 +30,27 @@ import pytest
 import yaml
 
 from rulvar_otel.otel.metrics import REGISTRY
-from tests._support import STREAMS, adaptive_outcome, adaptive_stream, build_stream, unsettled_quota_stream
-from tests.test_alerts import ALERTS, require_tool
-from tests.test_dashboards import (
+from tests._support import (
+    ALERTS,
     COLLECTOR,
     ENGINE,
     RECORDER,
+    STREAMS,
+    Service,
+    adaptive_outcome,
+    adaptive_stream,
+    build_stream,
     dashboards,
+    free_port,
     generator_module,
     panels_fed_by,
+    require_tool,
+    rulvar_otel_command,
     runnable,
     series_sources,
+    spawn,
+    unsettled_quota_stream,
+    wait_for,
 )
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(300)]
@@ -68,12 +76,6 @@ LINGER_S = 2.5
 WINDOW = "10m"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass
 class Webhook:
     port: int
@@ -97,32 +99,6 @@ def _start_webhook() -> tuple[Webhook, ThreadingHTTPServer]:
     hook.port = int(server.server_port)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return hook, server
-
-
-def _wait_for(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    pytest.fail(f"timed out waiting for {what}")
-
-
-def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
 
 
 @dataclass
@@ -171,19 +147,10 @@ def _streams(tmp: Path) -> list[tuple[str, Path, Path | None]]:
     return out
 
 
-def _cli() -> str:
-    """The installed `rulvar-otel` command of this interpreter's environment."""
-    beside = Path(sys.executable).with_name("rulvar-otel")
-    found = str(beside) if beside.exists() else shutil.which("rulvar-otel")
-    if found is None:
-        pytest.fail("the rulvar-otel command is not installed: pip install -e '.[dev]'")
-    return found
-
-
 def _export(tmp: Path, name: str, stream: Path, result: Path | None, port: int) -> tuple[str, int, str]:
     """One `rulvar-otel export` process, as a user runs it; returns (name, exit code, output)."""
     args = [
-        _cli(), "export", str(stream),
+        rulvar_otel_command(), "export", str(stream),
         "--out", str(tmp / f"{name}.trace.json"), "--no-tree",
         "--prometheus-port", str(port), "--prometheus-linger", str(LINGER_S),
     ]  # fmt: skip
@@ -199,7 +166,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     alertmanager_bin = require_tool("alertmanager", "prometheus-alertmanager")
     tmp = tmp_path_factory.mktemp("prometheus-live")
     hook, hook_server = _start_webhook()
-    export_port, prom_port, am_port = _free_port(), _free_port(), _free_port()
+    export_port, prom_port, am_port = free_port(), free_port(), free_port()
     (tmp / "alertmanager.yml").write_text(
         yaml.safe_dump(
             {
@@ -236,10 +203,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         ),
         encoding="utf-8",
     )
-    processes = []
+    services: list[Service] = []
     try:
-        processes.append(
-            _spawn(
+        services.append(
+            spawn(
+                "alertmanager",
                 [
                     alertmanager_bin,
                     f"--config.file={tmp / 'alertmanager.yml'}",
@@ -250,8 +218,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 tmp / "alertmanager.log",
             )
         )
-        processes.append(
-            _spawn(
+        services.append(
+            spawn(
+                "prometheus",
                 [
                     prometheus_bin,
                     f"--config.file={tmp / 'prometheus.yml'}",
@@ -262,27 +231,25 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             )
         )
         prometheus = f"http://127.0.0.1:{prom_port}"
-        _wait_for(
-            "Prometheus ready", lambda: httpx.get(f"{prometheus}/-/ready", timeout=2).status_code == 200
-        )
-        _wait_for(
+        wait_for("Prometheus ready", lambda: httpx.get(f"{prometheus}/-/ready", timeout=2).status_code == 200)
+        wait_for(
             "Alertmanager ready",
             lambda: httpx.get(f"http://127.0.0.1:{am_port}/-/ready", timeout=2).status_code == 200,
         )
         # Prometheus applies new targets every few seconds: export once it scrapes (and misses) ours.
-        _wait_for(
+        wait_for(
             "the first scrape of the export port",
             lambda: bool(Stack(prometheus, hook, tmp, []).query('up{job="rulvar-otel"}')),
         )
         exports = [_export(tmp, name, stream, result, export_port) for name, stream, result in _streams(tmp)]
         live = Stack(prometheus, hook, tmp, exports)
         # Rules evaluate every second; give the last export's samples one evaluation.
-        _wait_for("the last export's samples", lambda: bool(live.query('count(up{job="rulvar-otel"} == 0)')))
+        wait_for("the last export's samples", lambda: bool(live.query('count(up{job="rulvar-otel"} == 0)')))
         time.sleep(2)
         yield live
     finally:
-        for process in processes:
-            _stop(process)
+        for service in services:
+            service.stop()
         hook_server.shutdown()
         hook_server.server_close()
 
@@ -372,7 +339,7 @@ def test_the_event_alerts_fire_from_one_shot_exports(stack: Stack) -> None:
             out.setdefault(alert["labels"]["alertname"], set()).add(alert["state"])
         return out
 
-    _wait_for(
+    wait_for(
         "every event alert firing",
         lambda: expected_firing <= {k for k, v in states().items() if "firing" in v},
     )
@@ -403,7 +370,7 @@ def test_exposure_drained_alert_reaches_the_webhook(stack: Stack) -> None:
             if alert["labels"].get("alertname") == "RulvarExposureDrained"
         ]
 
-    _wait_for("the exposure-drained alert at the webhook", lambda: bool(drained()), timeout=45)
+    wait_for("the exposure-drained alert at the webhook", lambda: bool(drained()), timeout=45)
     alert = drained()[0]
     assert alert["status"] == "firing"
     assert alert["labels"]["severity"] == "critical"

@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests._support import BUILD_TIMEOUT_S, ROOT, binaries, free_port, wait_for
+from tests._support import BUILD_TIMEOUT_S, ROOT, binaries, free_port, rulvar_otel_command, wait_for
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(BUILD_TIMEOUT_S)]
 
 STACK = ROOT / "scripts" / "stack.sh"
-RULVAR_OTEL = str(Path(sys.executable).with_name("rulvar-otel"))
 PORT_VARIABLES = (
     "OTLP_GRPC",
     "OTLP_HTTP",
@@ -76,8 +74,9 @@ def test_up_demo_status_down(stack_env: dict[str, str], tmp_path: Path) -> None:
     assert _lines(again.stdout) == found
 
     demo = subprocess.run(
-        [RULVAR_OTEL, "demo", "--endpoint", found["OTLP_ENDPOINT"], "--protocol", "grpc", "--no-tree",
-         "--service-name", "rulvar-stack-demo", "--progress", "off", "--journal", str(tmp_path / "journal")],
+        [rulvar_otel_command(), "demo", "--endpoint", found["OTLP_ENDPOINT"], "--protocol", "grpc",
+         "--no-tree", "--service-name", "rulvar-stack-demo", "--progress", "off",
+         "--journal", str(tmp_path / "journal")],
         capture_output=True, text=True, timeout=180, check=False,
     )  # fmt: skip
     assert demo.returncode == 0, demo.stderr

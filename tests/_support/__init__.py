@@ -15,7 +15,8 @@ Span exports, hand-built events and the CLI (``_harness``)
     ``run_cli``, ``write_stream``, ``otlp_file_spans``.
 A deterministic bundled engine (``_engine``)
     ``make_engine`` (fixed ``PRICES``, a ``TickClock``, ``no_sleep``), ``settle``,
-    ``run_scenario``, ``Run``.
+    ``run_scenario``, ``Run``, ``run_demo_with_meter`` (the scripted demo on a meter),
+    ``event_tokens``.
 Reference engine scenarios (``_engine_scenarios``)
     ``ENGINE_SCENARIOS`` (corpus stream name -> scenario builder), ``suspension_flow``.
 A fake OpenAI-compatible server (``_openai_server``)
@@ -27,6 +28,10 @@ Metric streams (``_metric_streams``)
     ``count_and_sum``, ``T0``.
 PromQL reading (``_promql``)
     ``promql_references``, ``registry_series_labels``, ``assert_reads_only_the_registry``.
+Dashboards and alert rules (``_dashboards``)
+    ``generator_module``, ``dashboards``, ``data_panels``, ``panel_queries``, ``series_sources``
+    (``RECORDER``, ``ENGINE``, ``COLLECTOR``), ``query_source``, ``panels_fed_by``, ``runnable``,
+    ``spanmetrics_panel_queries``, ``DASHBOARDS``, ``PROMETHEUS_DIR``, ``ALERTS``, ``ALERTS_TEST``.
 OTLP receivers on loopback (``_receivers``)
     ``GrpcTraceReceiver``, ``HttpTraceReceiver``, ``TraceReceiver``, ``ReceivedSpan``,
     ``GrpcMetricsReceiver``, ``attributes_of``, ``span_index``, ``closed_port``.
@@ -37,7 +42,8 @@ Live pipeline services (``_services``)
     ``binaries`` / ``Binaries``, ``start_collector``, ``start_jaeger`` / ``Jaeger`` /
     ``JaegerSpan``, ``start_prometheus`` / ``Prometheus``, ``Service``, ``otelcol_args``,
     ``otlp_attributes``, ``otlp_json_spans``, ``require_tool``, ``free_port``, ``wait_for``, ``write_yaml``,
-    ``ROOT``, ``CONFIG``, ``BUILD_TIMEOUT_S``.
+    ``spawn``, ``stop_process``, ``rulvar_otel_command`` (the installed CLI), ``ROOT``, ``CONFIG``,
+    ``BUILD_TIMEOUT_S``.
 """
 
 from __future__ import annotations
@@ -56,7 +62,35 @@ from tests._support._corpus import (
     reference_span_count,
     stream_names,
 )
-from tests._support._engine import PRICES, Run, TickClock, make_engine, no_sleep, run_scenario, settle
+from tests._support._dashboards import (
+    ALERTS,
+    ALERTS_TEST,
+    COLLECTOR,
+    DASHBOARDS,
+    ENGINE,
+    PROMETHEUS_DIR,
+    RECORDER,
+    dashboards,
+    data_panels,
+    generator_module,
+    panel_queries,
+    panels_fed_by,
+    query_source,
+    runnable,
+    series_sources,
+    spanmetrics_panel_queries,
+)
+from tests._support._engine import (
+    PRICES,
+    Run,
+    TickClock,
+    event_tokens,
+    make_engine,
+    no_sleep,
+    run_demo_with_meter,
+    run_scenario,
+    settle,
+)
 from tests._support._engine_scenarios import ENGINE_SCENARIOS, suspension_flow
 from tests._support._harness import (
     OK_OUTCOME,
@@ -120,9 +154,12 @@ from tests._support._services import (
     otlp_attributes,
     otlp_json_spans,
     require_tool,
+    rulvar_otel_command,
+    spawn,
     start_collector,
     start_jaeger,
     start_prometheus,
+    stop_process,
     wait_for,
     write_yaml,
 )
@@ -231,4 +268,25 @@ __all__ = [
     "wait_for",
     "write_stream",
     "write_yaml",
+    "ALERTS",
+    "ALERTS_TEST",
+    "COLLECTOR",
+    "DASHBOARDS",
+    "ENGINE",
+    "PROMETHEUS_DIR",
+    "RECORDER",
+    "dashboards",
+    "data_panels",
+    "generator_module",
+    "panel_queries",
+    "panels_fed_by",
+    "query_source",
+    "runnable",
+    "series_sources",
+    "spanmetrics_panel_queries",
+    "event_tokens",
+    "run_demo_with_meter",
+    "rulvar_otel_command",
+    "spawn",
+    "stop_process",
 ]

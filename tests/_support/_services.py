@@ -3,8 +3,10 @@
 `binaries()` builds (or takes from the cache) otelcol-rulvar and Jaeger through
 scripts/build_pipeline.sh; a failed build fails the test with the script's message, never a skip.
 `Service` runs one process on free loopback ports with its log in the test's tmp dir and stops
-it (only it) afterwards. `Jaeger` reads traces back through Jaeger's query APIs: the OTLP/JSON
-API v3 for whole traces, the UI's API for searches.
+it (only it) afterwards; `spawn` starts any command that way, `stop_process` ends a process
+started otherwise. `rulvar_otel_command` is the installed `rulvar-otel` command the live tests
+run. `Jaeger` reads traces back through Jaeger's query APIs: the OTLP/JSON API v3 for whole
+traces, the UI's API for searches.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -37,12 +40,15 @@ __all__ = [
     "binaries",
     "free_port",
     "otelcol_args",
-    "require_tool",
     "otlp_attributes",
     "otlp_json_spans",
+    "require_tool",
+    "rulvar_otel_command",
+    "spawn",
     "start_collector",
     "start_jaeger",
     "start_prometheus",
+    "stop_process",
     "wait_for",
     "write_yaml",
 ]
@@ -96,6 +102,16 @@ def require_tool(*names: str) -> str:
     )
 
 
+def rulvar_otel_command() -> str:
+    """The `rulvar-otel` command installed beside this interpreter (else on PATH); a clear
+    failure when it is not installed."""
+    beside = Path(sys.executable).with_name("rulvar-otel")
+    found = str(beside) if beside.exists() else shutil.which("rulvar-otel")
+    if found is None:
+        pytest.fail("the rulvar-otel command is not installed: pip install -e '.[dev]'")
+    return found
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -142,16 +158,22 @@ class Service:
         wait_for(f"{self.name} at {url}", healthy, timeout=timeout)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=15)
+        stop_process(self.process)
 
 
-def _spawn(name: str, args: list[str], log: Path, env: dict[str, str] | None = None) -> Service:
+def stop_process(process: subprocess.Popen[Any]) -> None:
+    """End ``process`` if it still runs: terminate, then kill if it does not exit in 15 s."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=15)
+
+
+def spawn(name: str, args: list[str], log: Path, env: dict[str, str] | None = None) -> Service:
+    """``args`` as a child process named ``name``, its output in ``log``, ``env`` added."""
     full_env = {**os.environ, **(env or {})}
     process = subprocess.Popen(args, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=full_env)
     return Service(name, process, log)
@@ -172,7 +194,7 @@ def start_collector(name: str, config: Path, tmp: Path, *sets: str, health_port:
     """The built collector on `config` with overrides; returns once its health check answers."""
     health_port = health_port or free_port()
     args = otelcol_args(config, *sets, f"extensions.health_check.endpoint=127.0.0.1:{health_port}")
-    service = _spawn(name, args, tmp / f"{name}.log", env)
+    service = spawn(name, args, tmp / f"{name}.log", env)
     service.wait_healthy(f"http://127.0.0.1:{health_port}/")
     return service
 
@@ -330,7 +352,7 @@ def start_jaeger(tmp: Path, name: str = "jaeger") -> Jaeger:
         "JAEGER_OTLP_HTTP_ENDPOINT": f"127.0.0.1:{ports['http']}",
     }
     args = [str(binaries().jaeger), f"--config={CONFIG / 'jaeger' / 'jaeger.yaml'}"]
-    service = _spawn(name, args, tmp / f"{name}.log", env)
+    service = spawn(name, args, tmp / f"{name}.log", env)
     service.wait_healthy(f"http://127.0.0.1:{ports['health']}/status")
     jaeger = Jaeger(
         service,
@@ -379,7 +401,7 @@ def start_prometheus(tmp: Path, targets: list[str]) -> Prometheus:
         f"--storage.tsdb.path={tmp / 'prometheus-data'}",
         f"--web.listen-address=127.0.0.1:{port}",
     ]
-    service = _spawn("prometheus", args, tmp / "prometheus.log")
+    service = spawn("prometheus", args, tmp / "prometheus.log")
     url = f"http://127.0.0.1:{port}"
     service.wait_healthy(f"{url}/-/ready")
     return Prometheus(service, url, targets)
