@@ -139,6 +139,23 @@ _AGENT_TOTAL_FIELDS: Final = (
 )
 
 
+# Attribute keys the hot functions use, bound once (a global lookup instead of a module attribute).
+_AGENT_TYPE: Final = sc.AGENT_TYPE
+_AGENT_ROLE: Final = sc.AGENT_ROLE
+_AGENT_NAME: Final = sc.GEN_AI_AGENT_NAME
+_MODEL_REF: Final = sc.MODEL_REF
+_REQUEST_MODEL: Final = sc.GEN_AI_REQUEST_MODEL
+_PROVIDER_NAME: Final = sc.GEN_AI_PROVIDER_NAME
+_OPERATION_NAME: Final = sc.GEN_AI_OPERATION_NAME
+_EXECUTE_TOOL: Final = sc.GEN_AI_OPERATION_EXECUTE_TOOL
+_TOOL_NAME: Final = sc.TOOL_NAME
+_GEN_AI_TOOL_NAME: Final = sc.GEN_AI_TOOL_NAME
+_TOOL_CALL_ID: Final = sc.TOOL_CALL_ID
+_GEN_AI_TOOL_CALL_ID: Final = sc.GEN_AI_TOOL_CALL_ID
+_COST_USD: Final = sc.COST_USD
+_ENTRY_SEQ: Final = sc.ENTRY_SEQ
+
+
 def _add_usage(out: Attrs, usage: object, fields: tuple[tuple[str, str], ...] = _USAGE_FIELDS) -> None:
     # Parsed JSON is a plain dict: skip the Mapping ABC check (a Python-level call) for it.
     if type(usage) is not dict and not isinstance(usage, Mapping):
@@ -147,7 +164,9 @@ def _add_usage(out: Attrs, usage: object, fields: tuple[tuple[str, str], ...] = 
     get = u.get
     for field, key in fields:
         value: Any = get(field)
-        if _is_number(value):
+        # _is_number, inlined: this runs for every usage field of every closer.
+        kind = type(value)
+        if kind is float or (kind is int and INT64_MIN <= value <= INT64_MAX):
             out[key] = value
 
 
@@ -157,24 +176,32 @@ def provider_name(adapter_id: str) -> str:
     return sc.GEN_AI_PROVIDER_NAMES.get(adapter_id.lower(), adapter_id)
 
 
-def _model_attributes(event: Mapping[str, Any], mask: Masker, operation: str) -> Attrs:
-    """What agent and invocation spans share (docs/otel-mapping.md#models-and-providers)."""
+def _model_attributes(
+    event: Mapping[str, Any], mask: Masker, operation: str, *, agent: bool = False
+) -> Attrs:
+    """What agent and invocation spans share (docs/otel-mapping.md#models-and-providers); with
+    ``agent``, an agent span's ``gen_ai.agent.name`` too."""
+    # text(), inlined for the common case (a plain string): these run for every opener.
     model = event.get("model")
-    model_ref = text(model, mask)
+    agent_type = event.get("agentType")
+    role = event.get("role")
+    model_ref = mask(model) if type(model) is str else text(model, mask)
     out: Attrs = {
-        sc.AGENT_TYPE: text(event.get("agentType"), mask),
-        sc.GEN_AI_OPERATION_NAME: operation,
-        sc.AGENT_ROLE: text(event.get("role"), mask),
-        sc.MODEL_REF: model_ref,
+        _AGENT_TYPE: mask(agent_type) if type(agent_type) is str else text(agent_type, mask),
+        _OPERATION_NAME: operation,
+        _AGENT_ROLE: mask(role) if type(role) is str else text(role, mask),
+        _MODEL_REF: model_ref,
     }
     # Split the *masked* ref, so a credential in it cannot leak through the split.
     adapter, colon, model_id = model_ref.partition(":") if isinstance(model, str) else ("", "", "")
     if colon:
-        out[sc.GEN_AI_REQUEST_MODEL] = model_id or UNKNOWN
+        out[_REQUEST_MODEL] = model_id or UNKNOWN
         if adapter:
-            out[sc.GEN_AI_PROVIDER_NAME] = provider_name(adapter)
+            out[_PROVIDER_NAME] = provider_name(adapter)
     else:
-        out[sc.GEN_AI_REQUEST_MODEL] = model_ref
+        out[_REQUEST_MODEL] = model_ref
+    if agent and isinstance(agent_type, str) and agent_type:
+        out[_AGENT_NAME] = mask(agent_type)
     return out
 
 
@@ -190,11 +217,7 @@ def scope_span_name(kind: str, event: Mapping[str, Any], mask: Masker) -> str:
 
 
 def agent_open_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
-    out = _model_attributes(event, mask, sc.GEN_AI_OPERATION_INVOKE_AGENT)
-    agent_type = event.get("agentType")
-    if isinstance(agent_type, str) and agent_type:
-        out[sc.GEN_AI_AGENT_NAME] = mask(agent_type)
-    return out
+    return _model_attributes(event, mask, sc.GEN_AI_OPERATION_INVOKE_AGENT, agent=True)
 
 
 def invocation_open_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
@@ -214,8 +237,13 @@ def _money(value: object) -> TypeGuard[int | float]:
 def _spend(event: Mapping[str, Any], usage_fields: tuple[tuple[str, str], ...] = _USAGE_FIELDS) -> Attrs:
     out: Attrs = {}
     _add_usage(out, event.get("usage"), usage_fields)
-    if _money(cost := event.get("costUsd")):
-        out[sc.COST_USD] = cost
+    cost = event.get("costUsd")
+    # _money, inlined.
+    if type(cost) is float:
+        if math.isfinite(cost):
+            out[_COST_USD] = cost
+    elif type(cost) is int and INT64_MIN <= cost <= INT64_MAX:
+        out[_COST_USD] = cost
     return out
 
 
@@ -243,18 +271,19 @@ def invocation_close_attributes(event: Mapping[str, Any]) -> Attrs:
 
 
 def tool_open_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
-    name = text(event.get("toolName"), mask)
-    out: Attrs = {
-        sc.TOOL_NAME: name,
-        sc.GEN_AI_TOOL_NAME: name,
-        sc.GEN_AI_OPERATION_NAME: sc.GEN_AI_OPERATION_EXECUTE_TOOL,
-    }
+    tool = event.get("toolName")
+    name = mask(tool) if type(tool) is str else text(tool, mask)
     call_id = event.get("toolCallId")
     if isinstance(call_id, str):
         masked = mask(call_id)
-        out[sc.TOOL_CALL_ID] = masked
-        out[sc.GEN_AI_TOOL_CALL_ID] = masked
-    return out
+        return {
+            _TOOL_NAME: name,
+            _GEN_AI_TOOL_NAME: name,
+            _OPERATION_NAME: _EXECUTE_TOOL,
+            _TOOL_CALL_ID: masked,
+            _GEN_AI_TOOL_CALL_ID: masked,
+        }
+    return {_TOOL_NAME: name, _GEN_AI_TOOL_NAME: name, _OPERATION_NAME: _EXECUTE_TOOL}
 
 
 def tool_close_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
@@ -311,10 +340,11 @@ def error_type(event: Mapping[str, Any], mask: Masker) -> str | None:
 
 def event_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
     """Attributes of a payload-only event become span-event attributes (content excluded)."""
-    out: Attrs = {}
-    seq = event.get("seq")
-    if _is_number(seq):
-        out[sc.ENTRY_SEQ] = seq
+    seq: Any = event.get("seq")
+    seq_kind = type(seq)
+    out: Attrs = (
+        {_ENTRY_SEQ: seq} if seq_kind is float or (seq_kind is int and INT64_MIN <= seq <= INT64_MAX) else {}
+    )
     determinism = event.get("type") == "determinism:warning"
     if determinism:
         if isinstance(category := event.get("category"), str):
