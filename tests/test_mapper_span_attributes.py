@@ -4,6 +4,8 @@ OpenInference attributes, conventions, masking of names, and attribute value lim
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -360,3 +362,25 @@ def test_an_integer_wider_than_int64_is_no_attribute_and_loses_no_span(huge: int
 
     attrs = event_attributes({"type": "custom:thing", "seq": huge, "status": huge, "counts": [1, huge]}, str)
     assert attrs == {}
+
+
+@pytest.mark.parametrize("odd", [math.nan, -math.nan, math.inf, -math.inf])
+def test_a_nan_or_infinite_float_is_no_attribute_and_loses_no_span(odd: float) -> None:
+    usage = {"inputTokens": odd, "outputTokens": 7}
+    stream = run_stream(
+        agent_start(1, "a1", "s0"),
+        ev("custom:thing", 2, "a1", reading=odd, samples=[1.5, odd], fine=2.5),
+        ev("agent:end", 3, "a1", agentType="w", status="ok", usage=usage, costUsd=odd, entryRef=1),
+    )
+    result = export(stream, OK_OUTCOME)
+    assert [span.name for span in result.spans] == [result.spans[0].name, result.spans[1].name]
+    agent = result.spans[1]
+    assert agent.attributes is not None
+    values = [*agent.attributes.values(), *(v for e in agent.events for v in (e.attributes or {}).values())]
+    assert all(math.isfinite(v) for v in values if isinstance(v, float))
+    assert all(math.isfinite(v) for t in values if isinstance(t, tuple) for v in t if isinstance(v, float))
+    assert agent.attributes[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 7  # the finite neighbours stay
+    assert sc.GEN_AI_USAGE_INPUT_TOKENS not in agent.attributes and sc.COST_USD not in agent.attributes
+    (thing,) = [e for e in agent.events if e.name == "custom:thing"]
+    assert thing.attributes is not None and thing.attributes["rulvar.event.fine"] == 2.5
+    assert "rulvar.event.reading" not in thing.attributes and "rulvar.event.samples" not in thing.attributes

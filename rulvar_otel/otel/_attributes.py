@@ -98,7 +98,11 @@ def _is_int(value: object) -> TypeGuard[int]:
 
 
 def _is_number(value: object) -> TypeGuard[int | float]:
-    return type(value) is float or (type(value) is int and INT64_MIN <= value <= INT64_MAX)
+    # What a JSON number can be: an int OTLP can carry or a finite float (NaN and infinities come
+    # only from Python callers, and a NaN's sign would not survive the OTLP/JSON file).
+    if type(value) is float:
+        return math.isfinite(value)
+    return type(value) is int and INT64_MIN <= value <= INT64_MAX
 
 
 def text(value: object, mask: Masker) -> str:
@@ -166,7 +170,7 @@ def _add_usage(out: Attrs, usage: object, fields: tuple[tuple[str, str], ...] = 
         value: Any = get(field)
         # _is_number, inlined: this runs for every usage field of every closer.
         kind = type(value)
-        if kind is float or (kind is int and INT64_MIN <= value <= INT64_MAX):
+        if (kind is float and math.isfinite(value)) or (kind is int and INT64_MIN <= value <= INT64_MAX):
             out[key] = value
 
 
@@ -231,7 +235,7 @@ def invocation_open_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
 
 
 def _money(value: object) -> TypeGuard[int | float]:
-    return _is_number(value) and math.isfinite(value)
+    return _is_number(value)
 
 
 def _spend(event: Mapping[str, Any], usage_fields: tuple[tuple[str, str], ...] = _USAGE_FIELDS) -> Attrs:
@@ -343,7 +347,9 @@ def event_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
     seq: Any = event.get("seq")
     seq_kind = type(seq)
     out: Attrs = (
-        {_ENTRY_SEQ: seq} if seq_kind is float or (seq_kind is int and INT64_MIN <= seq <= INT64_MAX) else {}
+        {_ENTRY_SEQ: seq}
+        if (seq_kind is float and math.isfinite(seq)) or (seq_kind is int and INT64_MIN <= seq <= INT64_MAX)
+        else {}
     )
     determinism = event.get("type") == "determinism:warning"
     if determinism:
@@ -365,7 +371,11 @@ def event_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
         value = event[field]
         kind = type(value)
         if kind in _SCALAR_TYPES:
-            if kind is not int or INT64_MIN <= value <= INT64_MAX:
+            if (
+                kind is bool
+                or (kind is int and INT64_MIN <= value <= INT64_MAX)
+                or (kind is float and math.isfinite(value))
+            ):
                 out[key] = value
         elif kind is str or isinstance(value, str):
             out[key] = mask(value)
