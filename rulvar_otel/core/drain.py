@@ -158,8 +158,6 @@ def drain_events(events: Iterable[EventLike], *sinks: Sink, outcome: Outcome = N
     Without ``outcome``, the run counts as ok exactly when its last ``run:end`` says ``ok`` and
     is settled. A source that raises ends the stream as in :func:`drain`.
     """
-    if len(sinks) == 1:
-        return _drain_one(events, sinks[0], outcome)
     feeds = tuple(sink.feed for sink in sinks)
     count = 0
     last_run_end: Mapping[str, Any] | None = None
@@ -185,33 +183,4 @@ def drain_events(events: Iterable[EventLike], *sinks: Sink, outcome: Outcome = N
     )
     for sink in sinks:
         _finish(sink, settled)
-    return Drained(settled, count, source_error, last_run_end)
-
-
-def _drain_one(events: Iterable[EventLike], sink: Sink, outcome: Outcome) -> Drained:
-    """:func:`drain_events` for the usual single sink: the same steps without the loop over sinks.
-
-    Kept beside the general loop because this runs per event on the export's hot path.
-    """
-    feed = sink.feed
-    count = 0
-    last_run_end: Mapping[str, Any] | None = None
-    source_error: Exception | None = None
-    try:
-        for event in events:
-            wire = event if type(event) is dict else as_wire(event)
-            count += 1
-            if wire.get("type") == RUN_END:
-                last_run_end = wire
-            try:
-                feed(wire)
-            except Exception:  # noqa: BLE001
-                _log.debug("a sink failed on event %s", count, exc_info=True)
-    except Exception as exc:  # noqa: BLE001
-        source_error = exc
-        _log.warning("the event stream failed: %s", type(exc).__name__)
-    settled: RunOutcome | BaseException = (
-        outcome if outcome is not None else outcome_from_run_end(last_run_end)
-    )
-    _finish(sink, settled)
     return Drained(settled, count, source_error, last_run_end)

@@ -117,19 +117,14 @@ def _prometheus_name(name: str, unit: str, kind: InstrumentKind) -> str:
     return base
 
 
-@dataclass(frozen=True, slots=True)
-class MetricDefinition:
-    """One metric: everything a recorder, a dashboard or an alert needs to agree on."""
+class _PrometheusNaming:
+    """The Prometheus series an OTel metric becomes, for every kind of definition below."""
 
+    __slots__ = ()
     name: str
-    kind: InstrumentKind
     unit: str
-    description: str
+    kind: InstrumentKind
     attributes: tuple[str, ...]
-    on: tuple[str, ...]  # event types the fold reads, or (FINISH,)
-    fold: Fold = field(repr=False, compare=False)
-    buckets: tuple[float, ...] | None = None
-    source: str = ""  # which fold over which input (prose, rendered into the docs)
 
     @property
     def prometheus_name(self) -> str:
@@ -147,6 +142,21 @@ class MetricDefinition:
     @property
     def prometheus_labels(self) -> tuple[str, ...]:
         return tuple(prometheus_label(a) for a in self.attributes)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricDefinition(_PrometheusNaming):
+    """One metric: everything a recorder, a dashboard or an alert needs to agree on."""
+
+    name: str
+    kind: InstrumentKind
+    unit: str
+    description: str
+    attributes: tuple[str, ...]
+    on: tuple[str, ...]  # event types the fold reads, or (FINISH,)
+    fold: Fold = field(repr=False, compare=False)
+    buckets: tuple[float, ...] | None = None
+    source: str = ""  # which fold over which input (prose, rendered into the docs)
 
 
 # --- buckets ----------------------------------------------------------------------------------
@@ -359,7 +369,7 @@ _REQUEST_ATTRS: Final = (sc.GEN_AI_OPERATION_NAME, sc.GEN_AI_PROVIDER_NAME, sc.G
 
 
 @dataclass(frozen=True, slots=True)
-class EngineSeries:
+class EngineSeries(_PrometheusNaming):
     """A metric the engine records where it calls a provider (never the recorder's folds)."""
 
     name: str
@@ -369,21 +379,6 @@ class EngineSeries:
     attributes: tuple[str, ...]
     buckets: tuple[float, ...]
     source: str  # when one is recorded (prose, rendered into the docs)
-
-    @property
-    def prometheus_name(self) -> str:
-        return _prometheus_name(self.name, self.unit, self.kind)
-
-    @property
-    def prometheus_series(self) -> tuple[str, ...]:
-        base = self.prometheus_name
-        if self.kind is InstrumentKind.HISTOGRAM:
-            return (f"{base}_bucket", f"{base}_sum", f"{base}_count")
-        return (base,)
-
-    @property
-    def prometheus_labels(self) -> tuple[str, ...]:
-        return tuple(prometheus_label(a) for a in self.attributes)
 
 
 ENGINE_METRICS: Final[tuple[EngineSeries, ...]] = (
