@@ -141,20 +141,7 @@ class JsonlEventSource:
         self.error_count = 0
         self.lines_read = 0
         self.events_read = 0
-        self._owned: IO[bytes] | None = None
-        self._stream: IO[bytes] | IO[str]
-        if isinstance(source, str | os.PathLike):
-            text = os.fspath(source)
-            if text == STDIN:
-                self._stream = sys.stdin.buffer
-                self.name = name or "<stdin>"
-            else:
-                self.name = name or text
-                self._owned = _open_path(text)
-                self._stream = self._owned
-        else:
-            self._stream = source
-            self.name = name or str(getattr(source, "name", "<stream>"))
+        self._stream, self._owned, self.name = _resolve(source, name)
         self._started = False
 
     @classmethod
@@ -169,19 +156,8 @@ class JsonlEventSource:
         in memory up to :data:`SPOOL_MEMORY_BYTES`. The returned source closes what it reads
         (an opened path, the temporary file) once iterated or closed.
         """
-        label: str
-        owned: IO[bytes] | None = None
-        if isinstance(source, str | os.PathLike):
-            text = os.fspath(source)
-            if text == STDIN:
-                stream: IO[bytes] = sys.stdin.buffer
-                label = name or "<stdin>"
-            else:
-                stream = owned = _open_path(text)
-                label = name or text
-        else:
-            stream = source
-            label = name or str(getattr(source, "name", "<stream>"))
+        resolved, owned, label = _resolve(source, name)
+        stream = cast("IO[bytes]", resolved)
         try:
             # Only a file opened here is read twice. stdin or a caller's stream is spooled even
             # when seekable: it is not ours to rewind, and a spool cannot change between reads.
@@ -357,6 +333,19 @@ class _Copying(io.RawIOBase):
         buffer[:count] = data
         self._copy.write(data)
         return count
+
+
+def _resolve(
+    source: PathLike | IO[bytes] | IO[str], name: str | None
+) -> tuple[IO[bytes] | IO[str], IO[bytes] | None, str]:
+    """(the stream to read, the file opened here to close afterwards or None, its display name)."""
+    if not isinstance(source, str | os.PathLike):
+        return source, None, name or str(getattr(source, "name", "<stream>"))
+    text = os.fspath(source)
+    if text == STDIN:
+        return sys.stdin.buffer, None, name or "<stdin>"
+    owned = _open_path(text)
+    return owned, owned, name or text
 
 
 def _open_path(text: str) -> IO[bytes]:
