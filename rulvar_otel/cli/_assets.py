@@ -29,6 +29,8 @@ from typing import Annotated, Final
 
 import typer
 
+from rulvar_otel.cli._output import plural
+
 __all__ = [
     "Asset",
     "AssetGroup",
@@ -212,10 +214,6 @@ OnlyOption = Annotated[
 ]
 
 
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
-
-
 @app.command("list")
 def list_command(only: OnlyOption = None) -> None:
     """Print every shipped asset with its size and groups."""
@@ -246,17 +244,17 @@ def write_command(
         for path in report.conflicts:
             print(f"rulvar-otel: {directory / path} differs from the shipped file", file=sys.stderr)
         print(
-            f"rulvar-otel: error: wrote nothing: {_plural(len(report.conflicts), 'changed file')} "
+            f"rulvar-otel: error: wrote nothing: {plural(len(report.conflicts), 'changed file')} "
             "would be overwritten (pass --force to replace)",
             file=sys.stderr,
         )
         raise typer.Exit(EXIT_CONFLICT)
-    same = f"{_plural(len(report.unchanged), 'file')} already identical"
+    same = f"{plural(len(report.unchanged), 'file')} already identical"
     if not report.written:
         print(f"nothing to write under {directory}: {same}")
     else:
         print(
-            f"wrote {_plural(len(report.written), 'file')} under {directory}"
+            f"wrote {plural(len(report.written), 'file')} under {directory}"
             + (f" ({same})" if report.unchanged else "")
         )
 

@@ -22,6 +22,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_USAGE",
     "exit_code",
+    "plural",
     "print_report",
     "say",
     "terminal_safe",
@@ -65,14 +66,15 @@ def exit_code(report: ExportReport) -> int:
     return EXIT_OK
 
 
-def _plural(count: int, word: str) -> str:
+def plural(count: int, word: str) -> str:
+    """``1 span``, ``2 spans``: a count and its noun, for every line the CLI prints."""
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def _summary(report: ExportReport) -> str:
     where = " and ".join(report.destinations) or "nowhere"
-    spans = _plural(report.spans, "span")
-    events = _plural(report.events, "stream event")
+    spans = plural(report.spans, "span")
+    events = plural(report.events, "stream event")
     if len(report.trace_ids) == 1:
         traces = f"in trace {report.trace_ids[0]}"
     elif len(report.run_ids) > 1:
@@ -161,7 +163,7 @@ def print_report(
             say(f"{where} holds every span that was created", masker, stream=stderr)
         return code
     if report.backpressure_waits:
-        waits = _plural(report.backpressure_waits, "time")
+        waits = plural(report.backpressure_waits, "time")
         say(f"waited {waits} for a slow destination", masker, stream=stderr)
     say(_summary(report), masker, stream=stderr)
     return code

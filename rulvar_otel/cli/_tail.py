@@ -28,6 +28,7 @@ from rulvar_otel.cli._common import (
     say,
     with_export_options,
 )
+from rulvar_otel.cli._output import plural
 from rulvar_otel.core.masking import compile_secret_masker
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.sources.sse import NoteKind, ReconnectPolicy, ServerRunHandle, SseNote, follow_server_run
@@ -51,10 +52,6 @@ _SUMMARY: Final = {
     "gap": "{n} replay-window notes in all",
     "run-failed": "{n} failed-before-settling notes in all",
 }
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _times(count: int) -> str:
@@ -181,9 +178,9 @@ def tail_command(
         say(_terminal_facts_line(handle))
     if stats.reconnects or stats.duplicates_dropped:
         say(
-            f"followed the run over {_plural(stats.connections, 'connection')}: "
-            f"{_plural(stats.delivered, 'event')}, "
-            f"{_plural(stats.duplicates_dropped, 'duplicate')} dropped"
+            f"followed the run over {plural(stats.connections, 'connection')}: "
+            f"{plural(stats.delivered, 'event')}, "
+            f"{plural(stats.duplicates_dropped, 'duplicate')} dropped"
         )
     if stats.suspended_stops:
         say("stopped at the run's suspension (--until-suspended); tail again to follow its resumption")

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.text import Text
 from rich.tree import Tree
 
+from rulvar_otel.cli._output import plural
 from rulvar_otel.core.masking import SecretMasker, default_masker
 from rulvar_otel.otel import semconv
 
@@ -89,16 +90,12 @@ def _label(span: ReadableSpan, clean: SecretMasker, stream_events: int | None = 
     # summary line; every row counts its own span events (budget updates, logs, waits...).
     counts = []
     if stream_events is not None:
-        counts.append(_plural(stream_events, "stream event"))
+        counts.append(plural(stream_events, "stream event"))
     if span.events:
-        counts.append(_plural(len(span.events), "span event"))
+        counts.append(plural(len(span.events), "span event"))
     if counts:
         text.append(f"  [{', '.join(counts)}]", style="dim")
     return text
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def _safe(value: str, masker: SecretMasker) -> str:
