@@ -348,10 +348,10 @@ def test_a_huge_numeric_array_fact_keeps_only_its_first_items() -> None:
     from rulvar_otel.otel._attributes import MAX_ARRAY_ITEMS, event_attributes
 
     attrs = event_attributes(
-        {"type": "custom:thing", "seq": 3, "ts": "2026-01-01T00:00:00Z", "samples": list(range(100_000))},
+        {"type": "journal:compat", "seq": 3, "ts": "2026-01-01T00:00:00Z", "window": list(range(100_000))},
         lambda s: s,
     )
-    exported = attrs["rulvar.event.samples"]
+    exported = attrs["rulvar.event.window"]
     assert isinstance(exported, tuple)
     assert exported == tuple(range(MAX_ARRAY_ITEMS))
 
@@ -369,7 +369,8 @@ def test_a_nan_or_infinite_float_is_no_attribute_and_loses_no_span(odd: float) -
     usage = {"inputTokens": odd, "outputTokens": 7}
     stream = run_stream(
         agent_start(1, "a1", "s0"),
-        ev("custom:thing", 2, "a1", reading=odd, samples=[1.5, odd], fine=2.5),
+        ev("budget:exposure-wait", 2, "a1", capUsd=odd, estimateUsd=2.5, willWait=True),
+        ev("journal:compat", 2, "a1", code="HASH_VERSION_TOO_OLD", found=1, window=[1.5, odd]),
         ev("agent:end", 3, "a1", agentType="w", status="ok", usage=usage, costUsd=odd, entryRef=1),
     )
     result = export(stream, OK_OUTCOME)
@@ -381,6 +382,7 @@ def test_a_nan_or_infinite_float_is_no_attribute_and_loses_no_span(odd: float) -
     assert all(math.isfinite(v) for t in values if isinstance(t, tuple) for v in t if isinstance(v, float))
     assert agent.attributes[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 7  # the finite neighbours stay
     assert sc.GEN_AI_USAGE_INPUT_TOKENS not in agent.attributes and sc.COST_USD not in agent.attributes
-    (thing,) = [e for e in agent.events if e.name == "custom:thing"]
-    assert thing.attributes is not None and thing.attributes["rulvar.event.fine"] == 2.5
-    assert "rulvar.event.reading" not in thing.attributes and "rulvar.event.samples" not in thing.attributes
+    wait, compat = agent.events
+    assert wait.attributes is not None and wait.attributes["rulvar.event.estimate_usd"] == 2.5
+    assert "rulvar.event.cap_usd" not in wait.attributes
+    assert compat.attributes is not None and "rulvar.event.window" not in compat.attributes

@@ -259,7 +259,8 @@ def test_otlp_bytes_from_the_api(hostile: Path) -> None:
     assert b"[masked-secret]" in payload
     _assert_clean("OTLP protobuf", payload)
     keys = {key for span in spans for event in span.events for key in (event.attributes or {})}
-    assert "rulvar.event.detail" in keys  # identifier-like keys still export
+    assert "rulvar.event.spent_usd" in keys  # the allow-listed facts still export
+    assert not [key for key in keys if key.endswith((".detail", ".note"))]  # unlisted fields do not
     assert all(key.startswith(("rulvar.", "gen_ai.")) or "." in key for key in keys)
 
 

@@ -15,9 +15,21 @@ from typing import Any, Final, TypeAlias, TypeGuard
 
 import orjson
 
-from rulvar_otel.core.masking import map_strings
-from rulvar_otel.core.wire import ENVELOPE_FIELDS
 from rulvar_otel.otel import semconv as sc
+from rulvar_otel.otel._event_facts import (
+    ENUM_KIND,
+    EVENT_FACTS,
+    EVENT_PLANS,
+    FLAG_KIND,
+    NUMBER_KIND,
+    NUMBER_OR_TEXT_KIND,
+    NUMBERS_KIND,
+    RUN_JSON_SHAPES,
+    TEXT_KIND,
+    WIRE_ERROR_KIND,
+    Fact,
+    Shape,
+)
 
 __all__ = [
     "INT64_MAX",
@@ -29,14 +41,19 @@ __all__ = [
     "compact_json",
     "error_type",
     "event_attributes",
+    "event_name",
     "invocation_close_attributes",
     "invocation_open_attributes",
+    "invocation_span_name",
+    "project",
     "provider_name",
     "run_close_attributes",
+    "run_span_name",
     "scope_span_name",
     "text",
     "tool_close_attributes",
     "tool_open_attributes",
+    "tool_span_name",
 ]
 
 AttrValue: TypeAlias = str | bool | int | float | tuple[int | float, ...]
@@ -45,46 +62,10 @@ Masker: TypeAlias = Callable[[str], str]
 
 UNKNOWN: Final = "(unknown)"
 
-# Fields a span event never carries: the envelope, and everything that is or may be content.
-_EVENT_SKIP: Final = frozenset(
-    ENVELOPE_FIELDS
-    | {"msg", "message", "data", "prompt", "delta", "label", "frame"}
-    # Permission-audit payloads are free-form JSON that can quote tool arguments: treated as content.
-    | {"risk", "rule", "advisory"}
-)
-# determinism:warning exports these under their own names.
-_DETERMINISM_OWN: Final = frozenset({"category", "provenance", "file", "line"})
-
-_CAMEL_BOUNDARY: Final = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-# A field name becomes part of an attribute key: only identifier-like names qualify (a key can be
-# anything a producer wrote, a credential or escape bytes included).
-_IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_:.-]{0,63}")
-# An event's field names (in order) -> the (field, attribute key) pairs a span event may carry.
-# Events of one type share a shape, so most events cost one lookup instead of a test per field.
-# Indexed by "is a determinism:warning" (those export some fields under their own names).
-_SHAPE_PLAN_LIMIT: Final = 4096
-_shape_plans: tuple[dict[tuple[str, ...], tuple[tuple[str, str], ...]], ...] = ({}, {})
-
-
-def _snake(name: str) -> str:
-    return _CAMEL_BOUNDARY.sub("_", name).replace("-", "_").replace(":", "_").lower()
-
-
-def _plan_shape(shape: tuple[str, ...], determinism: bool) -> tuple[tuple[str, str], ...]:
-    plan = tuple(
-        (field, sc.EVENT_FIELD_PREFIX + _snake(field))
-        for field in shape
-        # A non-string key cannot name an attribute.
-        if isinstance(field, str)
-        and _IDENTIFIER.fullmatch(field) is not None
-        and field not in _EVENT_SKIP
-        and not (determinism and field in _DETERMINISM_OWN)
-    )
-    plans = _shape_plans[determinism]
-    if len(plans) >= _SHAPE_PLAN_LIMIT:
-        plans.clear()
-    plans[shape] = plan
-    return plan
+# An unknown type's name is an event name only when it has the catalog's shape (lowercase words
+# joined by ":" and "-"): any other type string may be anything a producer wrote.
+_TYPE_SHAPE: Final = re.compile(r"[a-z][a-z0-9]*(?:[-:][a-z][a-z0-9]*){1,7}")
+_TYPE_SHAPE_MAX: Final = 64
 
 
 # OTLP carries integers as int64: a wider one makes the encoder refuse the whole batch, so it is
@@ -121,7 +102,6 @@ def compact_json(value: object) -> str:
     return orjson.dumps(value).decode()
 
 
-_SCALAR_TYPES: Final = frozenset({int, float, bool})
 # A numeric array fact keeps at most this many items: the SDK bounds string lengths but not array
 # lengths, and a 100k-item array would cost megabytes per span event (docs/otel-mapping.md#limits).
 MAX_ARRAY_ITEMS: Final = 256
@@ -158,6 +138,8 @@ _TOOL_CALL_ID: Final = sc.TOOL_CALL_ID
 _GEN_AI_TOOL_CALL_ID: Final = sc.GEN_AI_TOOL_CALL_ID
 _COST_USD: Final = sc.COST_USD
 _ENTRY_SEQ: Final = sc.ENTRY_SEQ
+_ERROR_CODE: Final = sc.EVENT_FIELD_PREFIX + "error_code"
+_ERROR_RETRYABLE: Final = sc.EVENT_FIELD_PREFIX + "error_retryable"
 
 
 def _add_usage(out: Attrs, usage: object, fields: tuple[tuple[str, str], ...] = _USAGE_FIELDS) -> None:
@@ -210,14 +192,27 @@ def _model_attributes(
 
 
 def scope_span_name(kind: str, event: Mapping[str, Any], mask: Masker) -> str:
-    """The name of a phase, child workflow or agent span (``kind`` is its opener's type)."""
+    """The name of a phase, child workflow or agent span (``kind`` is its opener's type), masked
+    after composition: parts that pass one at a time (``Bearer`` and a token) may not together."""
     if kind == "phase:start":
-        return "phase " + text(event.get("phase"), mask)
+        return mask("phase " + text(event.get("phase"), mask))
     if kind == "child:start":
-        return "workflow " + text(event.get("workflow"), mask)
+        return mask("workflow " + text(event.get("workflow"), mask))
     agent_type = event.get("agentType")
     label = (mask(agent_type) if agent_type else "(anon)") if isinstance(agent_type, str) else UNKNOWN
-    return f"agent {label} {text(event.get('role'), mask)}"
+    return mask(f"agent {label} {text(event.get('role'), mask)}")
+
+
+def run_span_name(event: Mapping[str, Any], mask: Masker) -> str:
+    return mask("run " + text(event.get("workflow"), mask))
+
+
+def invocation_span_name(event: Mapping[str, Any], mask: Masker) -> str:
+    return mask("invocation " + text(event.get("role"), mask))
+
+
+def tool_span_name(masked_tool_name: AttrValue, mask: Masker) -> str:
+    return mask(f"tool {masked_tool_name}")
 
 
 def agent_open_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
@@ -290,23 +285,66 @@ def tool_open_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
     return {_TOOL_NAME: name, _GEN_AI_TOOL_NAME: name, _OPERATION_NAME: _EXECUTE_TOOL}
 
 
+_TOOL_END_FACTS: Final = EVENT_FACTS["tool:end"]
+_RUN_END_FACTS: Final = EVENT_FACTS["run:end"]
+
+
+def _enum_value(value: object, fact: Fact) -> str | None:
+    return value if isinstance(value, str) and value in fact.values else None
+
+
 def tool_close_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
-    guard = event.get("guard")
-    return {sc.TOOL_GUARD: mask(guard)} if isinstance(guard, str) else {}
+    guard = _enum_value(event.get("guard"), _TOOL_END_FACTS["guard"])
+    return {sc.TOOL_GUARD: guard} if guard is not None else {}
+
+
+def _project_fact(value: object, fact: Fact, mask: Masker) -> object:
+    """``value`` as the fact allows it, or None."""
+    if fact.kind == NUMBER_KIND:
+        return value if _is_number(value) else None
+    if fact.kind == FLAG_KIND:
+        return value if type(value) is bool else None
+    if fact.kind == TEXT_KIND:
+        return mask(value) if isinstance(value, str) else None
+    if fact.kind == ENUM_KIND:
+        return _enum_value(value, fact)
+    return None
+
+
+def project(value: object, shape: Shape | Fact, mask: Masker) -> object:
+    """The part of a JSON value ``shape`` allows (strings masked), or None when none of it fits:
+    a run fact's nested text never rides along with the fields it is allowed to have."""
+    if isinstance(shape, Fact):
+        return _project_fact(value, shape, mask)
+    if shape.items is not None:
+        if not isinstance(value, list):
+            return None
+        items = (project(item, shape.items, mask) for item in value)  # pyright: ignore[reportUnknownVariableType]
+        return [item for item in items if item is not None]
+    if not isinstance(value, Mapping):
+        return None
+    mapping: Mapping[Any, Any] = value  # pyright: ignore[reportUnknownVariableType]
+    if shape.counts:
+        return {mask(k): v for k, v in mapping.items() if isinstance(k, str) and _is_number(v)}
+    fields = shape.fields or {}
+    out: dict[str, object] = {}
+    for field, inner in fields.items():
+        if (kept := project(mapping.get(field), inner, mask)) is not None:
+            out[field] = kept
+    return out
 
 
 def run_close_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
     out: Attrs = {}
-    completion = event.get("completion")
-    if isinstance(completion, str):
-        out[sc.RUN_COMPLETION] = mask(completion)
+    completion = _enum_value(event.get("completion"), _RUN_END_FACTS["completion"])
+    if completion is not None:
+        out[sc.RUN_COMPLETION] = completion
     for field, key in sc.RUN_JSON_FACTS:
-        if field in event and event[field] is not None:
-            try:
-                # Cleaned before encoding: JSON escapes ("\\n", "\\u001b") would hide a key's start.
-                out[key] = mask(compact_json(map_strings(event[field], mask)))
-            except (TypeError, orjson.JSONEncodeError):
-                continue
+        kept = project(event.get(field), RUN_JSON_SHAPES[field], mask)
+        if kept is not None:
+            # Strings are cleaned before encoding (JSON escapes would hide a key's start), and the
+            # encoded whole once more: a secret split across two strings meets again in it.
+            out[key] = mask(compact_json(kept))
     envelope = event.get("envelope")
     if isinstance(envelope, Mapping):
         env: Mapping[str, Any] = envelope  # pyright: ignore[reportUnknownVariableType]
@@ -316,9 +354,9 @@ def run_close_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
             out[sc.RUN_AGENTS_SPAWNED] = spawned
     if event.get("settled") is False:
         out[sc.RUN_SETTLED] = False
-        reason = event.get("settledReason")
-        if isinstance(reason, str):
-            out[sc.RUN_SETTLED_REASON] = mask(reason)
+        reason = _enum_value(event.get("settledReason"), _RUN_END_FACTS["settledReason"])
+        if reason is not None:
+            out[sc.RUN_SETTLED_REASON] = reason
     return out
 
 
@@ -342,8 +380,34 @@ def error_type(event: Mapping[str, Any], mask: Masker) -> str | None:
     return mask(code) if isinstance(code, str) and code else None
 
 
+def event_name(kind: object, mask: Masker) -> str:
+    """The name of a span event for an event of type ``kind``: the type when the catalog knows it
+    or it has the catalog's shape (and the masker leaves it alone), else ``(unknown)``."""
+    if not isinstance(kind, str):
+        return UNKNOWN
+    if kind in EVENT_PLANS:
+        return kind
+    if len(kind) <= _TYPE_SHAPE_MAX and _TYPE_SHAPE.fullmatch(kind) is not None and mask(kind) == kind:
+        return kind
+    return UNKNOWN
+
+
+def _numbers(value: object) -> tuple[int | float, ...] | None:
+    if not isinstance(value, list) or not value:
+        return None
+    items: list[Any] = value[:MAX_ARRAY_ITEMS]  # pyright: ignore[reportUnknownVariableType]
+    if all(_is_int(item) for item in items):
+        return tuple(items)
+    if all(_is_number(item) for item in items):
+        # OTel arrays are homogeneous: a mixed int/float array goes out as floats.
+        return tuple(float(item) for item in items)
+    return None
+
+
 def event_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
-    """Attributes of a payload-only event become span-event attributes (content excluded)."""
+    """A span event's attributes: ``rulvar.entry_seq`` and the facts its type's allow-list names
+    (``_event_facts.EVENT_FACTS``), each only with a value of its kind. Unknown types and fields,
+    and values of another kind, export nothing (docs/otel-mapping.md#what-a-span-event-carries)."""
     seq: Any = event.get("seq")
     seq_kind = type(seq)
     out: Attrs = (
@@ -351,46 +415,42 @@ def event_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
         if (seq_kind is float and math.isfinite(seq)) or (seq_kind is int and INT64_MIN <= seq <= INT64_MAX)
         else {}
     )
-    determinism = event.get("type") == "determinism:warning"
-    if determinism:
-        if isinstance(category := event.get("category"), str):
-            out[sc.DETERMINISM_CATEGORY] = mask(category)
-        if isinstance(provenance := event.get("provenance"), str):
-            out[sc.DETERMINISM_PROVENANCE] = mask(provenance)
-        if isinstance(file := event.get("file"), str):
-            out[sc.CODE_FILEPATH] = out[sc.CODE_FILE_PATH] = mask(file)
-        if _is_int(line := event.get("line")):
-            out[sc.CODE_LINENO] = out[sc.CODE_LINE_NUMBER] = line
-    shape = tuple(event)
-    plan = _shape_plans[determinism].get(shape)
-    if plan is None:
-        plan = _plan_shape(shape, determinism)
-    for field, key in plan:
-        if mask(field) != field:  # a key the masker changes is a secret: not exported at all
+    kind = event.get("type")
+    plan = EVENT_PLANS.get(kind) if type(kind) is str else None
+    if not plan:
+        return out
+    get = event.get
+    for field, fact, values, keys in plan:
+        value: Any = get(field)
+        if value is None:
             continue
-        value = event[field]
-        kind = type(value)
-        if kind in _SCALAR_TYPES:
-            if (
-                kind is bool
-                or (kind is int and INT64_MIN <= value <= INT64_MAX)
-                or (kind is float and math.isfinite(value))
+        vtype = type(value)
+        exported: AttrValue | None = None
+        if fact in (NUMBER_KIND, NUMBER_OR_TEXT_KIND):
+            if (vtype is float and math.isfinite(value)) or (
+                vtype is int and INT64_MIN <= value <= INT64_MAX
             ):
-                out[key] = value
-        elif kind is str or isinstance(value, str):
-            out[key] = mask(value)
-        elif field == "error":
-            if isinstance(value, Mapping):
-                err: Mapping[str, Any] = value  # pyright: ignore[reportUnknownVariableType]
-                if isinstance(code := err.get("code"), str):
-                    out[sc.EVENT_FIELD_PREFIX + "error_code"] = mask(code)
-                if isinstance(retryable := err.get("retryable"), bool):
-                    out[sc.EVENT_FIELD_PREFIX + "error_retryable"] = retryable
-        elif isinstance(value, list) and value:
-            items: list[Any] = value[:MAX_ARRAY_ITEMS]  # pyright: ignore[reportUnknownVariableType]
-            if all(_is_int(item) for item in items):
-                out[key] = tuple(items)
-            elif all(_is_number(item) for item in items):
-                # OTel arrays are homogeneous: a mixed int/float array goes out as floats.
-                out[key] = tuple(float(item) for item in items)
+                exported = value
+            elif fact == NUMBER_OR_TEXT_KIND and vtype is str:
+                exported = mask(value)
+        elif fact == FLAG_KIND:
+            if vtype is bool:
+                exported = value
+        elif fact == TEXT_KIND:
+            if vtype is str:
+                exported = mask(value)
+        elif fact == ENUM_KIND:
+            if vtype is str and value in values:
+                exported = value
+        elif fact == NUMBERS_KIND:
+            exported = _numbers(value)
+        elif fact == WIRE_ERROR_KIND and isinstance(value, Mapping):
+            err: Mapping[str, Any] = value  # pyright: ignore[reportUnknownVariableType]
+            if isinstance(code := err.get("code"), str):
+                out[_ERROR_CODE] = mask(code)
+            if isinstance(retryable := err.get("retryable"), bool):
+                out[_ERROR_RETRYABLE] = retryable
+        if exported is not None:
+            for key in keys:
+                out[key] = exported
     return out

@@ -393,7 +393,7 @@ class SpanMapper:
             ns = host.start_ns
         if ns > host.events_end:
             host.events_end = ns
-        host.span.add_event(self._mask(name), attributes=attrs, timestamp=ns)
+        host.span.add_event(ax.event_name(name, self._mask), attributes=attrs, timestamp=ns)
 
     def _duplicate_opener(self, existing: MappedSpan, event: Mapping[str, Any], ns: int) -> None:
         """An opener whose span already exists never opens a second one."""
@@ -424,10 +424,10 @@ class SpanMapper:
         if self._first_run is not None:
             self._end_segment()
         self._segment += 1
-        name = "run " + ax.text(event.get("workflow"), self._mask)
+        name = ax.run_span_name(event, self._mask)
         parent = self._first_run if self._first_run is not None else self._anchor
         identity = "run:" + (key or "") if self._identity else ""
-        rec = self._start(RUN, self._mask(name), event, ns, parent, identity, {})
+        rec = self._start(RUN, name, event, ns, parent, identity, {})
         if key is not None:
             self._by_span_id[key] = rec
         if self._first_run is None:
@@ -528,7 +528,7 @@ class SpanMapper:
             return
         attrs = ax.invocation_open_attributes(event, self._mask)
         parent = self._owner(span_id, event, attrs)
-        name = "invocation " + ax.text(event.get("role"), self._mask)
+        name = ax.invocation_span_name(event, self._mask)
         identity = f"inv:{key[0]}:{key[1]}" if self._identity else ""
         rec = self._start(INVOCATION, name, event, ns, parent, identity, attrs)
         self._invocations[key] = rec
@@ -564,7 +564,7 @@ class SpanMapper:
         else:
             self._tool_ordinal += 1
             identity = f"tool:{owner_key}:#{self._tool_ordinal}"
-        rec = self._start(TOOL, f"tool {tool_name}", event, ns, parent, identity, attrs)
+        rec = self._start(TOOL, ax.tool_span_name(tool_name, self._mask), event, ns, parent, identity, attrs)
         if id_key is not None:
             self._tools_by_id[id_key] = rec
         else:
