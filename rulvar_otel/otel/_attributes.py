@@ -38,6 +38,7 @@ __all__ = [
     "Masker",
     "agent_close_attributes",
     "agent_open_attributes",
+    "closer_status",
     "compact_json",
     "error_type",
     "event_attributes",
@@ -224,9 +225,33 @@ def invocation_open_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
     invocation = event.get("invocation")
     if _is_number(invocation):
         out[sc.INVOCATION] = invocation
-    elif isinstance(invocation, str):
-        out[sc.INVOCATION] = mask(invocation)
     return out
+
+
+# The field a closer names its outcome in, and what it may hold (an enum for most closers).
+_CLOSER_STATUS: Final = {
+    kind: (field, EVENT_FACTS[kind][field])
+    for kind, field in (
+        ("run:end", "status"),
+        ("child:end", "status"),
+        ("agent:end", "status"),
+        ("agent:phase:end", "outcome"),
+        ("tool:end", "outcome"),
+    )
+}
+
+
+def closer_status(event: Mapping[str, Any]) -> str | None:
+    """A closer's status literal as the allow-list permits it (unmasked), or None: a value outside
+    its enum is no status (the span is then ERROR with ``error.type = _OTHER``)."""
+    entry = _CLOSER_STATUS.get(event.get("type"))  # type: ignore[arg-type]
+    if entry is None:
+        return None
+    field, fact = entry
+    value = event.get(field)
+    if not isinstance(value, str):
+        return None
+    return value if fact.kind == TEXT_KIND or value in fact.values else None
 
 
 def _money(value: object) -> TypeGuard[int | float]:

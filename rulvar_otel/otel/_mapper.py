@@ -446,7 +446,7 @@ class SpanMapper:
             rec,
             ns,
             ax.run_close_attributes(event, self._mask),
-            event.get("status"),
+            ax.closer_status(event),
             message=message,
             force_error=unsettled,
             error_source=event,
@@ -500,7 +500,7 @@ class SpanMapper:
         if rec is None:
             self._attach_event(event, ns, "child:end")
             return
-        self._close(rec, ns, {}, event.get("status"))
+        self._close(rec, ns, {}, ax.closer_status(event))
 
     def _on_agent_end(self, event: Mapping[str, Any], ns: int) -> None:
         agent = self._agents.end(event)
@@ -510,7 +510,7 @@ class SpanMapper:
             self._attach_event(event, ns, "agent:end")
             return
         attrs = ax.agent_close_attributes(event, had_invocations=rec.has_invocations)
-        self._close(rec, ns, attrs, event.get("status"), error_source=event)
+        self._close(rec, ns, attrs, ax.closer_status(event), error_source=event)
 
     def _owner(
         self, span_id: object, event: Mapping[str, Any], attrs: dict[str, ax.AttrValue]
@@ -542,7 +542,9 @@ class SpanMapper:
         if rec is None or not self._is_open(rec):
             self._attach_event(event, ns, "agent:phase:end")
             return
-        self._close(rec, ns, ax.invocation_close_attributes(event), event.get("outcome"), error_source=event)
+        self._close(
+            rec, ns, ax.invocation_close_attributes(event), ax.closer_status(event), error_source=event
+        )
         self._invocations[key] = ENDED_INVOCATION
 
     def _on_tool_start(self, event: Mapping[str, Any], ns: int) -> None:
@@ -596,6 +598,6 @@ class SpanMapper:
             rec,
             ns,
             ax.tool_close_attributes(event, self._mask),
-            event.get("outcome"),
+            ax.closer_status(event),
             error_source=event,
         )

@@ -25,6 +25,7 @@ from rulvar_otel.core.masking import SecretMasker
 from rulvar_otel.core.wire import as_number as _num
 from rulvar_otel.core.wire import ts_ns as _ts
 from rulvar_otel.otel._attributes import provider_name
+from rulvar_otel.otel._event_facts import EVENT_FACTS
 
 __all__ = [
     "ADVANCE_TYPES",
@@ -71,6 +72,7 @@ Fold: TypeAlias = Callable[["FoldState", Mapping[str, Any]], Sequence[Observatio
 
 UNKNOWN: Final = "unknown"
 NONE: Final = "none"
+OTHER: Final = "other"  # a value outside the catalog's enum
 
 
 # --- per-run fold state -----------------------------------------------------------------------
@@ -234,9 +236,23 @@ def _workflow(state: FoldState, event: Mapping[str, Any]) -> str:
 # use the tuple itself as the key of its per-attribute-set caches.
 
 
+_RUN_END_FACTS: Final = EVENT_FACTS["run:end"]
+
+
+def _enum(event: Mapping[str, Any], kind: str, field: str, default: str = UNKNOWN) -> str:
+    """An enum-valued label: the catalog's values as they are, any other string ``other``."""
+    value = _str(event.get(field), default)
+    return value if value == default or value in EVENT_FACTS[kind][field].values else OTHER
+
+
 def _run_terminal(event: Mapping[str, Any]) -> tuple[str, str, bool]:
+    # Bounded like the span's facts: a value outside the catalog's enum is "other", never its text.
     status = _str(event.get("status"))
+    if status != UNKNOWN and status not in _RUN_END_FACTS["status"].values:
+        status = OTHER
     completion = _str(event.get("completion"), NONE)
+    if completion != NONE and completion not in _RUN_END_FACTS["completion"].values:
+        completion = OTHER
     return status, completion, event.get("settled") is not False
 
 
@@ -245,7 +261,7 @@ def _settled_reason(event: Mapping[str, Any], settled: bool) -> str:
     reason = event.get("settledReason")
     if settled or not isinstance(reason, str) or not reason:
         return NONE
-    return reason if reason == "superseded" else "other"
+    return reason if reason == "superseded" else OTHER
 
 
 def fold_runs_settled(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
@@ -391,8 +407,8 @@ def _build_tool_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, 
     return (
         state.workflow,
         _str(event.get("toolName")),
-        _str(event.get("outcome")),
-        _str(event.get("guard"), NONE),
+        _enum(event, "tool:end", "outcome"),
+        _enum(event, "tool:end", "guard", NONE),
         _str(event.get("decidedBy"), NONE),
     )
 
@@ -430,7 +446,7 @@ def fold_exposure_waits(state: FoldState, event: Mapping[str, Any]) -> Sequence[
             1,
             (
                 state.workflow,
-                _str(event.get("scope")),
+                _enum(event, "budget:exposure-wait", "scope"),
                 event.get("willWait") is True,
                 state.model(event.get("model"))[0],
             ),
@@ -439,7 +455,7 @@ def fold_exposure_waits(state: FoldState, event: Mapping[str, Any]) -> Sequence[
 
 
 def fold_spawns_admitted(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
-    return ((1, (state.workflow, _str(event.get("verdict")), _agent_type(event))),)
+    return ((1, (state.workflow, _enum(event, "spawn:admitted", "verdict"), _agent_type(event))),)
 
 
 def fold_spawns_rejected(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
@@ -447,11 +463,12 @@ def fold_spawns_rejected(state: FoldState, event: Mapping[str, Any]) -> Sequence
 
 
 def fold_determinism(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
-    return ((1, (state.workflow, _str(event.get("category")), _str(event.get("provenance")))),)
+    category = _enum(event, "determinism:warning", "category")
+    return ((1, (state.workflow, category, _enum(event, "determinism:warning", "provenance"))),)
 
 
 def fold_ledger_ops(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
-    return ((1, (state.workflow, _str(event.get("op")))),)
+    return ((1, (state.workflow, _enum(event, "ledger:op", "op"))),)
 
 
 def fold_ledger_ops_per_spawn(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
@@ -470,7 +487,7 @@ def fold_render_size(state: FoldState, event: Mapping[str, Any]) -> Sequence[Obs
 def fold_escalations(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
     task = event.get("logicalTaskId")
     agent_type = state.task_agent_type.get(task, UNKNOWN) if isinstance(task, str) else UNKNOWN
-    return ((1, (state.workflow, agent_type, _str(event.get("kind")))),)
+    return ((1, (state.workflow, agent_type, _enum(event, "escalation:raised", "kind"))),)
 
 
 def fold_orchestrator_share(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
