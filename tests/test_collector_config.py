@@ -21,6 +21,7 @@ import yaml
 
 from rulvar_otel.core.masking import DEFAULT_SECRET_PATTERNS
 from rulvar_otel.otel import semconv as sc
+from rulvar_otel.otel._event_facts import EVENT_PLANS
 from tests._support import BUILD_TIMEOUT_S, binaries, require_tool
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,12 +70,16 @@ def _span_attributes() -> set[str]:
 
 
 SPAN_ATTRIBUTES = _span_attributes()
-# Span-event attributes are rulvar.event.<field>; these are the fields payload events carry.
-EVENT_ATTRIBUTES = {
-    sc.EVENT_FIELD_PREFIX + f
-    for f in ("will_wait", "will_retry", "reason", "retry_after_ms", "spent_usd", "scope", "model", "verdict",
-              "agent_type", "entry_ref", "error_code", "error_retryable", "level", "key", "tool_name", "op")
-}  # fmt: skip
+# Every span-event attribute the exporter can write: the allow-list's keys, per event type.
+EVENT_ATTRIBUTES = {key for plan in EVENT_PLANS.values() for *_, keys in plan for key in keys}
+# Content-like span-event fields, as an older or foreign producer would name them.
+CONTENT_EVENT_FIELDS = (
+    "text", "msg", "message", "messages", "content", "contents", "prompt", "prompts", "completions",
+    "response", "responses", "input", "output", "inputs", "outputs", "error", "data", "delta",
+    "label", "frame", "result", "reasoning", "thinking", "arguments", "args", "body", "raw",
+    "provider_raw", "transcript", "instructions", "tool_input", "tool_output", "risk", "rule",
+    "advisory",
+)  # fmt: skip
 CONTENT_KEYS = (
     "gen_ai.prompt",
     "gen_ai.completion",
@@ -89,6 +94,8 @@ CONTENT_KEYS = (
     "rulvar.event.delta",
     "input.value",
     "output.value",
+    "llm.response",
+    *(sc.EVENT_FIELD_PREFIX + field for field in CONTENT_EVENT_FIELDS),
 )
 
 

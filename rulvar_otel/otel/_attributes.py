@@ -139,8 +139,6 @@ _TOOL_CALL_ID: Final = sc.TOOL_CALL_ID
 _GEN_AI_TOOL_CALL_ID: Final = sc.GEN_AI_TOOL_CALL_ID
 _COST_USD: Final = sc.COST_USD
 _ENTRY_SEQ: Final = sc.ENTRY_SEQ
-_ERROR_CODE: Final = sc.EVENT_FIELD_PREFIX + "error_code"
-_ERROR_RETRYABLE: Final = sc.EVENT_FIELD_PREFIX + "error_retryable"
 
 
 def _add_usage(out: Attrs, usage: object, fields: tuple[tuple[str, str], ...] = _USAGE_FIELDS) -> None:
@@ -472,9 +470,9 @@ def event_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
         elif fact == WIRE_ERROR_KIND and isinstance(value, Mapping):
             err: Mapping[str, Any] = value  # pyright: ignore[reportUnknownVariableType]
             if isinstance(code := err.get("code"), str):
-                out[_ERROR_CODE] = mask(code)
+                out[keys[0]] = mask(code)
             if isinstance(retryable := err.get("retryable"), bool):
-                out[_ERROR_RETRYABLE] = retryable
+                out[keys[1]] = retryable
         if exported is not None:
             for key in keys:
                 out[key] = exported

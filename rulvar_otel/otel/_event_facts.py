@@ -276,6 +276,13 @@ def _snake(name: str) -> str:
     return _CAMEL_BOUNDARY.sub("_", name).replace("-", "_").lower()
 
 
+def _keys(kind: str, field: str, fact: Fact) -> tuple[str, ...]:
+    if fact.kind == WIRE_ERROR_KIND:  # its code, then its retryable flag
+        prefix = sc.EVENT_FIELD_PREFIX + _snake(field)
+        return (prefix + "_code", prefix + "_retryable")
+    return _OWN_KEYS.get((kind, field), (sc.EVENT_FIELD_PREFIX + _snake(field),))
+
+
 # One plan per type: (field, kind, enum values, attribute keys), in the table's order.
 Plan = tuple[tuple[str, int, frozenset[str], tuple[str, ...]], ...]
 EVENT_PLANS: Final[Mapping[str, Plan]] = {
@@ -284,7 +291,7 @@ EVENT_PLANS: Final[Mapping[str, Plan]] = {
             field,
             fact.kind,
             fact.values,
-            _OWN_KEYS.get((kind, field), (sc.EVENT_FIELD_PREFIX + _snake(field),)),
+            _keys(kind, field, fact),
         )
         for field, fact in facts.items()
     )
