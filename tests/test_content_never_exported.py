@@ -375,7 +375,9 @@ def _planted(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
     if kind == "run:end":
         for name in draw(st.lists(st.sampled_from(sorted(facts.RUN_JSON_SHAPES)), max_size=2)):
             rows = draw(st.lists(st.dictionaries(_NAMES.filter(lambda n: n not in SHAPE_FIELDS), _NESTED)))
-            extra[name] = [*rows, draw(_NESTED)]
+            # A string item is a reason or child name these lists export by contract: only what
+            # lies outside the shape is planted.
+            extra[name] = [*rows, draw(_NESTED.filter(lambda v: not isinstance(v, str)))]
     return kind, extra
 
 
