@@ -55,7 +55,9 @@ def _histogram_points(data: MetricsData | None) -> set[tuple[str, frozenset[tupl
     }
 
 
-def _sdk_path(stream: list[dict[str, Any]], result: Any) -> tuple[Exemplars, MetricsData | None, dict[int, str]]:
+def _sdk_path(
+    stream: list[dict[str, Any]], result: Any
+) -> tuple[Exemplars, MetricsData | None, dict[int, str]]:
     spans = InMemorySpanExporter()
     tracer_provider = TracerProvider(id_generator=RulvarIdGenerator())
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
