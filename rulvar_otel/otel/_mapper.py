@@ -318,21 +318,10 @@ class SpanMapper:
     def _link_back(self, root: SpanContext, ns: int) -> None:
         """ "link" mode: the caller's trace gets a zero-length span linking to the run's root."""
         caller, self._host_link = self._host_link, None
-        if caller is None:
-            return
-        try:
-            start_back_link(
-                self._tracer,
-                caller,
-                root,
-                masked_run_id=self._masked_run_id,
-                run_id=self._run_id or "",
-                deterministic=self._identity,
-                ns=ns,
-            )
+        if caller is not None and start_back_link(
+            self._tracer, caller, root, self._masked_run_id, self._run_id or "", self._identity, ns
+        ):
             self.span_count += 1
-        except Exception:  # noqa: BLE001 - a failed back link never costs the run its spans
-            _log.debug("the back link to the caller's trace failed", exc_info=True)
 
     def _close(
         self,

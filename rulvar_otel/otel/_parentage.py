@@ -14,6 +14,7 @@ the export begins (docs/otel-mapping.md#parentage):
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -30,6 +31,7 @@ __all__ = ["PARENT_MODES", "ParentMode", "Parentage", "resolve_parent", "start_b
 
 ParentMode = Literal["ambient", "link", "none"]
 PARENT_MODES: Final[tuple[str, ...]] = ("ambient", "link", "none")
+_log = logging.getLogger("rulvar_otel")
 # The span key of the back-link span under RulvarIdGenerator (never a mapper key: no colon form).
 _BACK_LINK_KEY: Final = "host-link"
 
@@ -85,13 +87,15 @@ def start_back_link(
     tracer: Tracer,
     caller: SpanContext,
     run_span: SpanContext,
-    *,
     masked_run_id: str | None,
     run_id: str,
     deterministic: bool,
     ns: int,
-) -> None:
-    """The zero-length ``rulvar run <id>`` span in the caller's trace, linking to the run's root."""
+) -> bool:
+    """The zero-length ``rulvar run <id>`` span in the caller's trace, linking to the run's root.
+
+    Returns whether it was made; never raises (a failed back link costs the run none of its spans).
+    """
     name = "rulvar run " + (masked_run_id or "")
     attributes = {sc.RUN_ID: masked_run_id} if masked_run_id is not None else {}
     context = trace.set_span_in_context(NonRecordingSpan(caller), Context())
@@ -100,7 +104,11 @@ def start_back_link(
         span = tracer.start_span(
             name.rstrip(), context=context, attributes=attributes, links=[Link(run_span)], start_time=ns
         )
+        span.end(end_time=ns)
+    except Exception:  # noqa: BLE001
+        _log.debug("the back link to the caller's trace failed", exc_info=True)
+        return False
     finally:
         if token is not None:
             SPAN_IDENTITY.reset(token)
-    span.end(end_time=ns)
+    return True
