@@ -194,3 +194,21 @@ def test_a_resume_in_the_same_engine_joins_the_trace_of_the_first_segment() -> N
     runs = [s for s in memory.get_finished_spans() if s.name.startswith("run ")]
     assert len(runs) == 2
     assert {s.context.trace_id for s in runs} == {first.trace_id} != {second.trace_id}
+
+
+@pytest.mark.parametrize(
+    "secret", ["sk-PLANTEDplantedPLANTED0123", "ghp_PLANTEDplantedPLANTEDplanted0123", "AKIAPLANTEDPLANTED12"]
+)
+def test_the_back_link_span_and_the_workflow_name_pass_the_masker(secret: str) -> None:
+    stream = [{**e, "runId": f"run {secret}", "workflow": f"wf {secret}"} for e in events(STREAM)]
+    provider, memory = _provider(deterministic=True)
+    tracer = provider.get_tracer("host")
+    with tracer.start_as_current_span("host"):
+        export_events(stream, tracer, outcome=outcome(STREAM), parent="link")
+    spans = memory.get_finished_spans()
+    back = [s for s in spans if s.name.startswith("rulvar run ")]
+    assert len(back) == 1 and "[masked-secret]" in back[0].name
+    texts = [s.name for s in spans] + [str(v) for s in spans for v in (s.attributes or {}).values()]
+    assert not [t for t in texts if "PLANTED" in t]
+    run = _root([s for s in spans if s not in back and s.name != "host"])
+    assert "[masked-secret]" in str((run.attributes or {})[sc.GEN_AI_WORKFLOW_NAME])
