@@ -1,4 +1,4 @@
-"""The shipped configs carry exemplars from the collector to Grafana (docs/metrics.md#from-a-spike-to-the-trace)."""
+"""The shipped configs carry exemplars from the collector to Grafana (docs/metrics.md, spike to trace)."""
 
 from __future__ import annotations
 
