@@ -165,11 +165,18 @@ up() {
     --set="service.telemetry.metrics.level=none"
   wait_healthy otelcol
   start prometheus "$prometheus" --config.file="$STATE/prometheus.yml" \
-    --storage.tsdb.path="$STATE/prometheus-data" --web.listen-address="127.0.0.1:$PROMETHEUS"
+    --storage.tsdb.path="$STATE/prometheus-data" --web.listen-address="127.0.0.1:$PROMETHEUS" \
+    --enable-feature=exemplar-storage
   wait_healthy prometheus
   trap - ERR
-  say "up; logs and pids in $STATE. See a trace: rulvar-otel demo --endpoint http://127.0.0.1:$OTLP_GRPC"
+  # The CLI takes http/protobuf for any port but 4317: name the protocol, so any chosen port works.
+  say "up; logs and pids in $STATE. See a trace: $(demo_hint)"
   print_endpoints
+}
+
+# The demo command that reaches this stack's collector: OTLP/gRPC on the chosen port, said outright.
+demo_hint() {
+  echo "rulvar-otel demo --endpoint http://127.0.0.1:$OTLP_GRPC --protocol grpc --metrics-endpoint http://127.0.0.1:$OTLP_GRPC"
 }
 
 status() {

@@ -102,13 +102,20 @@ Adjustment = Callable[[SpanCase, dict[str, Any]], None]
 
 
 def _operation_names(case: SpanCase, expected: dict[str, Any]) -> None:
-    """Agent and invocation spans: the convention's operation, the role in rulvar.agent.role."""
+    """The convention's operations: run and child spans invoke_workflow (with the workflow's
+    name), agents invoke_agent and invocations chat (the role moves to rulvar.agent.role), tools
+    execute_tool."""
     if case.kind in ("agent", "invocation"):
         expected[sc.AGENT_ROLE] = expected.pop(sc.GEN_AI_OPERATION_NAME)
         expected[sc.GEN_AI_OPERATION_NAME] = "invoke_agent" if case.kind == "agent" else "chat"
         agent_type = case.opener.get("agentType")
         if case.kind == "agent" and isinstance(agent_type, str) and agent_type:
             expected[sc.GEN_AI_AGENT_NAME] = case.masker.mask(agent_type)
+    elif case.kind in ("run", "child"):
+        expected[sc.GEN_AI_OPERATION_NAME] = "invoke_workflow"
+        workflow = case.opener.get("workflow")
+        if isinstance(workflow, str) and workflow:
+            expected[sc.GEN_AI_WORKFLOW_NAME] = case.masker.mask(workflow)
     elif case.kind == "tool":
         expected[sc.GEN_AI_OPERATION_NAME] = "execute_tool"
         expected[sc.GEN_AI_TOOL_NAME] = expected[sc.TOOL_NAME]
@@ -435,7 +442,13 @@ def test_the_mapping_doc_states_the_semconv_release_and_every_genai_name_we_emit
 # --- attribute rules over the whole corpus (docs/otel-mapping.md#genai-semantic-conventions) -------
 
 
-OPERATION_BY_KIND = {"agent": "invoke_agent", "invocation": "chat", "tool": "execute_tool"}
+OPERATION_BY_KIND = {
+    "run": "invoke_workflow",
+    "child": "invoke_workflow",
+    "agent": "invoke_agent",
+    "invocation": "chat",
+    "tool": "execute_tool",
+}
 
 
 def _kind(span: Span) -> str:
@@ -453,7 +466,9 @@ def test_corpus_has_every_stream(corpus: dict[str, Export]) -> None:
     assert len(corpus) >= fx.MIN_STREAMS
 
 
-def test_every_agent_invocation_and_tool_span_names_its_operation(corpus: dict[str, Export]) -> None:
+def test_every_run_child_agent_invocation_and_tool_span_names_its_operation(
+    corpus: dict[str, Export],
+) -> None:
     seen = set()
     for name, result in corpus.items():
         for span in result.spans:
@@ -462,6 +477,10 @@ def test_every_agent_invocation_and_tool_span_names_its_operation(corpus: dict[s
             if kind in OPERATION_BY_KIND:
                 seen.add(kind)
                 assert attrs.get(sc.GEN_AI_OPERATION_NAME) == OPERATION_BY_KIND[kind], (name, span.name)
+                if kind in ("run", "child"):
+                    # The workflow's name rides beside the operation; the span name still holds it.
+                    workflow = attrs.get(sc.GEN_AI_WORKFLOW_NAME)
+                    assert workflow is None or span.name.endswith(" " + str(workflow)), (name, span.name)
             else:
                 assert sc.GEN_AI_OPERATION_NAME not in attrs, (name, span.name)
     assert seen == set(OPERATION_BY_KIND)

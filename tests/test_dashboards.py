@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rulvar_otel.otel.metrics import REGISTRY
+from rulvar_otel.otel import semconv as sc
+from rulvar_otel.otel.metrics import REGISTRY, definition
 from rulvar_otel.otel.metrics.registry import (
     ENGINE_METRICS,
     SPAN_METRICS,
@@ -150,6 +151,15 @@ def test_the_spanmetrics_panels_are_found_for_the_collector_tests() -> None:
     assert all("$" not in expr for _, expr in queries)
 
 
+GENAI_AGENT_METRICS = (
+    sc.GEN_AI_INVOKE_AGENT_DURATION,
+    sc.GEN_AI_EXECUTE_TOOL_DURATION,
+    sc.GEN_AI_INVOKE_WORKFLOW_DURATION,
+    sc.GEN_AI_INVOKE_AGENT_INFERENCE_CALLS,
+    sc.GEN_AI_INVOKE_AGENT_TOOL_CALLS,
+)
+
+
 def test_each_panel_reads_one_source_and_the_engine_panels_sit_in_their_own_row() -> None:
     assert {query_source(expr) for board in dashboards().values() for _, expr in panel_queries(board)} == {
         RECORDER,
@@ -158,15 +168,38 @@ def test_each_panel_reads_one_source_and_the_engine_panels_sit_in_their_own_row(
     }
     runs = dashboards()["rulvar-runs"]["panels"]
     rows = [index for index, panel in enumerate(runs) if panel["type"] == "row"]
-    assert [runs[index]["title"] for index in rows] == ["Model requests (engine, per provider request)"]
-    after = {query_source(t["expr"]) for panel in runs[rows[0] + 1 :] for t in panel["targets"]}
-    before = {query_source(t["expr"]) for panel in runs[: rows[0]] for t in panel["targets"]}
+    assert [runs[index]["title"] for index in rows] == [
+        "Agents, tools and workflows (GenAI conventions)",
+        "Model requests (engine, per provider request)",
+    ]
+    after = {query_source(t["expr"]) for panel in runs[rows[1] + 1 :] for t in panel.get("targets", ())}
+    before = {query_source(t["expr"]) for panel in runs[: rows[1]] for t in panel.get("targets", ())}
     assert (before, after) == ({RECORDER}, {ENGINE})
+    # The GenAI row reads exactly the conventions' agent-level metrics, each of them.
+    genai_row = runs[rows[0] + 1 : rows[1]]
+    read = {name for panel in genai_row for t in panel["targets"] for name in promql_references(t["expr"])[0]}
+    assert {name.rsplit("_", 1)[0] for name in read} == {
+        definition(name).prometheus_name for name in GENAI_AGENT_METRICS
+    }
     assert {title for title, _ in panels_fed_by(ENGINE)} == {
         "rulvar-runs / Request tokens by model and type",
         "rulvar-runs / Model requests by model and error type",
         "rulvar-runs / Request duration p50 / p95 by model and operation",
     }
+
+
+def test_every_latency_and_cost_panel_shows_exemplars_and_no_counter_panel_does() -> None:
+    """A histogram quantile links each point to a trace; a counter has no exemplars to show."""
+    with_exemplars = 0
+    for board in dashboards().values():
+        for panel in board["panels"]:
+            for target in panel.get("targets", ()):
+                quantile = "histogram_quantile" in target["expr"] and panel["type"] == "timeseries"
+                assert target.get("exemplar", False) is quantile, (board["uid"], panel["title"])
+                with_exemplars += quantile
+    titles = {p["title"] for p in dashboards()["rulvar-runs"]["panels"]}
+    assert {"Run cost p50 / p95 (USD)", "Agent duration p95 by agent type"} <= titles
+    assert with_exemplars >= 10
 
 
 def test_spanmetrics_names_match_the_shipped_connector_config() -> None:

@@ -160,6 +160,7 @@ PINNED: dict[str, list[str]] = {
         "REGISTRY",
         "MetricDefinition",
         "MetricsRecorder",
+        "SpanSource",
         "definition",
         "record_metrics",
     ],

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,8 +75,14 @@ def test_up_demo_status_down(stack_env: dict[str, str], tmp_path: Path) -> None:
     assert again.returncode == 0 and "already up" in again.stderr
     assert _lines(again.stdout) == found
 
+    # The command the stack prints works as printed with the ports it chose (any gRPC port).
+    hint = re.search(r"See a trace: rulvar-otel (demo .*)$", up.stderr + up.stdout, re.MULTILINE)
+    assert hint, up.stderr
+    printed = shlex.split(hint[1])
+    assert printed[printed.index("--endpoint") + 1] == found["OTLP_ENDPOINT"]
+    assert printed[printed.index("--protocol") + 1] == "grpc"
     demo = subprocess.run(
-        [rulvar_otel_command(), "demo", "--endpoint", found["OTLP_ENDPOINT"], "--protocol", "grpc",
+        [rulvar_otel_command(), *printed,
          "--no-tree", "--service-name", "rulvar-stack-demo", "--progress", "off",
          "--journal", str(tmp_path / "journal")],
         capture_output=True, text=True, timeout=180, check=False,
@@ -107,6 +114,25 @@ def test_up_demo_status_down(stack_env: dict[str, str], tmp_path: Path) -> None:
 
     # The shipped scrape interval and flush interval are 15 s each.
     wait_for("span metrics of the demo in Prometheus", spanmetrics_in_prometheus, timeout=120, interval=2.0)
+
+    # From a spike to the trace: the agent-duration histogram's exemplars name whole traces.
+    exemplar_traces: set[str] = set()
+
+    def agent_duration_exemplars() -> bool:
+        response = httpx.get(
+            f"{found['PROMETHEUS_URL']}/api/v1/query_exemplars",
+            params={"query": "rulvar_agent_duration_seconds_bucket", "start": "0", "end": "9999999999"},
+            timeout=5,
+        )
+        for series in response.json().get("data") or ():
+            for exemplar in series.get("exemplars", ()):
+                exemplar_traces.add(exemplar["labels"]["trace_id"])
+        return bool(exemplar_traces)
+
+    wait_for("agent-duration exemplars in Prometheus", agent_duration_exemplars, timeout=120, interval=2.0)
+    assert exemplar_traces == {trace_id}
+    whole = httpx.get(f"{found['JAEGER_URL']}/api/traces/{trace_id}", timeout=5).json()["data"][0]
+    assert len(whole["spans"]) == spans
 
     status = _stack(stack_env, "status")
     assert status.returncode == 0, status.stdout + status.stderr

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from rulvar_otel.cli._output import (
     say,
     terminal_safe,
 )
+from rulvar_otel.cli._traceparent import parentage_from_cli
 from rulvar_otel.core.handle import RunHandle, RunOutcome
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.export import (
@@ -203,6 +205,23 @@ PipelineOption = Annotated[
         "fastest) or sdk (an OpenTelemetry SDK TracerProvider). Both export the same content.",
     ),
 ]
+TraceparentOption = Annotated[
+    str | None,
+    typer.Option(
+        "--traceparent",
+        metavar="VALUE",
+        help="A W3C traceparent to run inside (else the TRACEPARENT variable, with TRACESTATE).",
+    ),
+]
+ParentOption = Annotated[
+    str,
+    typer.Option(
+        "--parent",
+        metavar="ambient|link|none",
+        help="With a traceparent: ambient (the run joins that trace under that span), link (its "
+        "own trace, linked both ways) or none (ignore it).",
+    ),
+]
 
 
 # Every export option, in the order --help lists them, with its default.
@@ -224,6 +243,8 @@ _SHARED_OPTIONS: Final[tuple[tuple[str, Any, Any], ...]] = (
     ("prometheus_host", PrometheusHostOption, DEFAULT_PROMETHEUS_HOST),
     ("prometheus_linger", PrometheusLingerOption, 0.0),
     ("pipeline", PipelineOption, "direct"),
+    ("traceparent", TraceparentOption, None),
+    ("parent", ParentOption, "ambient"),
 )
 
 
@@ -277,12 +298,15 @@ def options_from_cli(
     prometheus_host: str = DEFAULT_PROMETHEUS_HOST,
     prometheus_linger: float = 0.0,
     pipeline: str = "direct",
+    traceparent: str | None = None,
+    parent: str = "ambient",
 ) -> CommandOptions:
     """Raw option values to :class:`CommandOptions`; :class:`ConfigError` names a bad flag."""
     if progress not in PROGRESS_MODES:
         raise ConfigError(f"--progress must be one of {', '.join(PROGRESS_MODES)} (got {progress!r})")
     try:
         headers = dict(parse_header(raw) for raw in header or ())
+        parentage = parentage_from_cli(parent, traceparent, os.environ)
         export = ExportOptions(
             endpoint=endpoint,
             protocol=protocol,
@@ -299,6 +323,7 @@ def options_from_cli(
             prometheus_host=prometheus_host,
             prometheus_linger_s=prometheus_linger,
             pipeline=pipeline,
+            parent=parentage,
         )
     except ConfigError as exc:
         raise ConfigError(_flagged(str(exc))) from None

@@ -10,12 +10,13 @@ adapter calls), re-emitting its lifecycle events with ``replayed: true``.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import compile_secret_masker
@@ -31,6 +32,7 @@ from rulvar_otel.engine.workflow import Workflow, check_workflow
 from rulvar_otel.errors import ConfigError, SourceError
 
 if TYPE_CHECKING:
+    from opentelemetry.context import Context
     from opentelemetry.metrics import Meter
 
     from rulvar_otel.engine.provider_metrics import ProviderCallMetrics
@@ -40,6 +42,8 @@ __all__ = ["Engine", "EngineRunHandle", "RetryPolicy", "create_engine"]
 _DETERMINISM_MODES = ("warn", "error", "off")
 _TOKEN_COUNTING = ("off", "on")
 _REDACTION_OPTIONS = {"mask_events", "maskEvents", "patterns"}
+# Runs whose caller's trace context the engine remembers for their resumes (oldest forgotten first).
+_TRACE_CONTEXTS_KEPT: Final = 1024
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,8 @@ class Engine:
         self.masker = compile_secret_masker(redaction.get("patterns")) if mask else None
         self.clock: Callable[[], datetime] = clock or (lambda: datetime.now(UTC))
         self.id_factory: Callable[[], str] = id_factory or mint_run_id
+        # run id -> the trace context its first segment was started in: a resume joins that trace.
+        self._trace_contexts: dict[str, Context] = {}  # only runs started inside a valid span
         if default_reserve_usd < 0:
             raise ConfigError("default_reserve_usd must be >= 0")
         self.default_reserve_usd = default_reserve_usd
@@ -159,7 +165,7 @@ class Engine:
         if self.journal.exists(run_id):
             raise ConfigError(f"run {run_id!r} already has a journal; use engine.resume")
         segment = RunSegment(self, wf, args, run_id, [], segment=0, dry_run=False, budget_usd=budget_usd)
-        return segment.start()
+        return self._with_trace_context(segment.start(), first=True)
 
     def resume(
         self,
@@ -195,7 +201,30 @@ class Engine:
         run = RunSegment(
             self, wf, args, run_id, entries, segment=segment, dry_run=dry_run, budget_usd=budget_usd
         )
-        return run.start()
+        return self._with_trace_context(run.start(), first=False)
+
+    def _with_trace_context(self, handle: EngineRunHandle, *, first: bool) -> EngineRunHandle:
+        """Capture the caller's OpenTelemetry context on the handle (``to_otel`` parents by it).
+
+        A resume in this engine takes the context its run was first started in, so every segment
+        of the run joins the same trace; a run not started here takes the resume caller's.
+        """
+        if "opentelemetry.trace" not in sys.modules:
+            return handle  # a host that never loaded OpenTelemetry has no span to parent by
+        from opentelemetry import context as otel_context
+        from opentelemetry import trace
+
+        current = otel_context.get_current()
+        remembered = self._trace_contexts
+        if first:
+            if trace.get_current_span(current).get_span_context().is_valid:
+                if len(remembered) >= _TRACE_CONTEXTS_KEPT:
+                    del remembered[next(iter(remembered))]
+                remembered[handle.run_id] = current
+        else:
+            current = remembered.get(handle.run_id, current)
+        handle.trace_context = current
+        return handle
 
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -235,6 +264,9 @@ class EngineRunHandle:
 
     def __init__(self, run: RunSegment) -> None:
         self._run = run
+        # The OpenTelemetry context engine.run/resume was called in (the run's parent for to_otel);
+        # None when the host never loaded OpenTelemetry.
+        self.trace_context: Context | None = None
 
     @property
     def run_id(self) -> str:

@@ -34,6 +34,7 @@ from rulvar_otel.export._traces import (
     delivery_report,
     resolve_destinations,
 )
+from rulvar_otel.otel._parentage import resolve_parent
 from rulvar_otel.otel._runs import RunRouter
 from rulvar_otel.otel.direct import DirectSpanSink
 from rulvar_otel.otel.direct_metrics import MetricsAggregator, attach_reader
@@ -116,13 +117,15 @@ def direct_pipeline(
             attach_reader(reader, aggregator)
         per_run = aggregator.run
     elif meter is not None:
-        from rulvar_otel.otel.metrics import MetricsRecorder
+        from rulvar_otel.otel.metrics import MetricsRecorder, SpanSource
 
-        def recorder() -> Sink:
-            return MetricsRecorder(meter, masker)
+        def recorder(spans: SpanSource) -> Sink:
+            return MetricsRecorder(meter, masker, spans=spans)
 
         per_run = recorder
     # None keeps the mapper's default set (OpenInference on); () leaves only OpenTelemetry's.
     conventions = None if options.openinference else ()
-    router = RunRouter(tracer, masker, conventions=conventions, metrics=per_run)
+    router = RunRouter(
+        tracer, masker, conventions=conventions, metrics=per_run, parentage=resolve_parent(options.parent)
+    )
     return _DirectPipeline(sink, found, router)

@@ -13,9 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from opentelemetry.context import Context
+
 from rulvar_otel.core.masking import compile_secret_masker
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.export._settings import PROTOCOLS, check_endpoint
+from rulvar_otel.otel._parentage import PARENT_MODES, Parentage
 
 __all__ = ["DEFAULT_PROMETHEUS_HOST", "ExportOptions", "parse_header"]
 
@@ -60,6 +63,9 @@ class ExportOptions:
     two export the same content.
     Metrics (opt-in): ``metrics_endpoint`` pushes OTLP; ``prometheus_port`` serves ``/metrics``
     on ``prometheus_host`` (0 picks a free port), kept up ``prometheus_linger_s`` after the run.
+    Parentage: ``parent`` is ``"ambient"`` (the default: each run's root span is a child of the
+    caller's span, the current context's or the one the engine captured at ``engine.run``),
+    ``"link"``, ``"none"`` or an OpenTelemetry ``Context`` (docs/otel-mapping.md#parentage).
     """
 
     endpoint: str | None = None
@@ -77,8 +83,14 @@ class ExportOptions:
     prometheus_port: int | None = None
     prometheus_host: str = DEFAULT_PROMETHEUS_HOST
     prometheus_linger_s: float = 0.0
+    # A mode or a Context; export_run resolves it once (to a Parentage) before the pipeline opens.
+    parent: str | Context | Parentage = "ambient"
 
     def __post_init__(self) -> None:
+        if not isinstance(self.parent, Context | Parentage) and self.parent not in PARENT_MODES:
+            raise ConfigError(
+                f"parent must be one of {', '.join(PARENT_MODES)} or a Context (got {self.parent!r})"
+            )
         if self.pipeline not in PIPELINES:
             raise ConfigError(f"pipeline must be one of {', '.join(PIPELINES)} (got {self.pipeline!r})")
         if self.protocol is not None and self.protocol not in PROTOCOLS:

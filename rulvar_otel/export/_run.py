@@ -14,8 +14,11 @@ import asyncio
 import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from types import FrameType
 from typing import Any
+
+from opentelemetry.context import Context
 
 from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome
 from rulvar_otel.core.masking import compile_secret_masker
@@ -36,6 +39,7 @@ from rulvar_otel.export._report import (
 from rulvar_otel.export._sdk_pipeline import sdk_pipeline
 from rulvar_otel.export._stream import StreamedRun
 from rulvar_otel.export._traces import resolve_service_name
+from rulvar_otel.otel._parentage import Parentage, resolve_parent
 
 __all__ = ["export_run", "export_run_async"]
 
@@ -218,6 +222,7 @@ async def export_run_async(
     Cancelling the calling task (Ctrl-C under ``asyncio.run``) stops reading: what was read is
     exported and the report says ``interrupted``.
     """
+    options = with_parentage(options, handle)
     export = _Export(options, observers, on_note, environ, keep_spans, pipeline, metrics)
     with export.capture:
         if not export.open():
@@ -252,6 +257,15 @@ async def export_run_async(
         except asyncio.CancelledError:
             export.stop_linger()
             raise
+
+
+def with_parentage(options: ExportOptions, handle: RunHandle) -> ExportOptions:
+    """``options`` with ``parent`` resolved now, in the caller's context (or the engine's capture)."""
+    if isinstance(options.parent, Parentage):
+        return options
+    captured = getattr(handle, "trace_context", None)
+    resolved = resolve_parent(options.parent, captured if isinstance(captured, Context) else None)
+    return replace(options, parent=resolved)
 
 
 def _run_id(handle: RunHandle) -> str:
@@ -340,6 +354,7 @@ def export_run(
     A :class:`StreamedRun` over a plain iterable is drained without an event loop, so the first
     Ctrl-C ends even a blocked read; the report then says ``interrupted``.
     """
+    options = with_parentage(options, handle)
     if isinstance(handle, StreamedRun) and handle.is_sync:
         export = _Export(options, observers, on_note, environ, keep_spans, pipeline, metrics)
         with export.capture, _Interrupt(export) as interrupt:

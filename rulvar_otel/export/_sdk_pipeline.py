@@ -21,6 +21,7 @@ from rulvar_otel.export._metrics import MetricsPipeline
 from rulvar_otel.export._options import ExportOptions
 from rulvar_otel.export._report import SpanPipeline
 from rulvar_otel.export._traces import DeliveryReport, TraceDelivery, build_trace_delivery
+from rulvar_otel.otel._parentage import resolve_parent
 from rulvar_otel.otel._runs import RunRouter
 
 __all__ = ["sdk_pipeline"]
@@ -77,11 +78,18 @@ def sdk_pipeline(
     conventions = None if options.openinference else ()
     recorder = None
     if meter is not None:
-        from rulvar_otel.otel.metrics import MetricsRecorder
+        from rulvar_otel.otel.metrics import MetricsRecorder, SpanSource
 
-        def recorder() -> Sink:
-            return MetricsRecorder(meter, masker)
+        def recorder(spans: SpanSource) -> Sink:
+            return MetricsRecorder(meter, masker, spans=spans)
 
     return _SdkPipeline(
-        delivery, RunRouter(delivery.tracer, masker, conventions=conventions, metrics=recorder)
+        delivery,
+        RunRouter(
+            delivery.tracer,
+            masker,
+            conventions=conventions,
+            metrics=recorder,
+            parentage=resolve_parent(options.parent),
+        ),
     )

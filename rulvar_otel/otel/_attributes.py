@@ -218,6 +218,15 @@ def agent_open_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
     return _model_attributes(event, mask, sc.GEN_AI_OPERATION_INVOKE_AGENT, agent=True)
 
 
+def workflow_open_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
+    """Run and child-workflow spans: the GenAI conventions' ``invoke_workflow`` operation."""
+    out: Attrs = {sc.GEN_AI_OPERATION_NAME: sc.GEN_AI_OPERATION_INVOKE_WORKFLOW}
+    workflow = event.get("workflow")
+    if isinstance(workflow, str) and workflow:
+        out[sc.GEN_AI_WORKFLOW_NAME] = mask(workflow)
+    return out
+
+
 def invocation_open_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
     out = _model_attributes(event, mask, sc.GEN_AI_OPERATION_CHAT)
     invocation = event.get("invocation")

@@ -26,14 +26,16 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, TraceFlags
+from opentelemetry.trace import Link, SpanContext, TraceFlags, TraceState
 
 from rulvar_otel.otel._records import SpanRecord
 
 __all__ = ["BatchHeader", "EncodedBatch"]
 
-# PB2SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK: every parent here is local.
+# PB2SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK, and with _REMOTE_FLAGS its IS_REMOTE bit:
+# a parent is local unless it came from another process (a host's traceparent).
 _FLAGS: Final = 0x100
+_REMOTE_FLAGS: Final = 0x300
 _MEMO_LIMIT: Final = 8192  # entries per form; each is a few hundred bytes
 
 
@@ -163,10 +165,21 @@ class EncodedBatch(Sequence[ReadableSpan]):
                 "end_time_unix_nano": r.end_ns,
                 "attributes": _pb_attributes(r.attributes, memo),
                 "status": {"code": r.status.status_code.value, "message": r.status.description},
-                "flags": _FLAGS,
+                "flags": _REMOTE_FLAGS if r.parent_remote else _FLAGS,
             }
             if r.parent_id:
                 span["parent_span_id"] = r.parent_id.to_bytes(8, "big")
+            if r.trace_state:
+                span["trace_state"] = r.trace_state.to_header()
+            if r.links:
+                span["links"] = [
+                    {
+                        "trace_id": c.trace_id.to_bytes(16, "big"),
+                        "span_id": c.span_id.to_bytes(8, "big"),
+                        "flags": _REMOTE_FLAGS if c.is_remote else _FLAGS,
+                    }
+                    for c in r.links
+                ]
             if r.events:
                 span["events"] = [
                     {"name": name, "time_unix_nano": ts, "attributes": _pb_attributes(attrs, memo)}
@@ -206,12 +219,23 @@ class EncodedBatch(Sequence[ReadableSpan]):
                 "startTimeUnixNano": str(r.start_ns),
                 "endTimeUnixNano": str(r.end_ns),
                 "status": status,
-                "flags": _FLAGS,
+                "flags": _REMOTE_FLAGS if r.parent_remote else _FLAGS,
             }
             if r.attributes:
                 span["attributes"] = _json_attributes(r.attributes, memo)
             if r.parent_id:
                 span["parentSpanId"] = format(r.parent_id, "016x")
+            if r.trace_state:
+                span["traceState"] = r.trace_state.to_header()
+            if r.links:
+                span["links"] = [
+                    {
+                        "traceId": format(c.trace_id, "032x"),
+                        "spanId": format(c.span_id, "016x"),
+                        "flags": _REMOTE_FLAGS if c.is_remote else _FLAGS,
+                    }
+                    for c in r.links
+                ]
             if r.events:
                 events = []
                 for name, ts, attrs in r.events:
@@ -234,15 +258,19 @@ class EncodedBatch(Sequence[ReadableSpan]):
         return orjson.dumps({"resourceSpans": [resource_spans]})
 
 
-def _context(trace_id: int, span_id: int) -> SpanContext:
-    return SpanContext(trace_id, span_id, False, TraceFlags(TraceFlags.SAMPLED))
+def _context(trace_id: int, span_id: int, remote: bool, state: TraceState) -> SpanContext:
+    return SpanContext(trace_id, span_id, remote, TraceFlags(TraceFlags.SAMPLED), state)
 
 
 def _readable(record: SpanRecord, resource: Resource, scope: InstrumentationScope) -> ReadableSpan:
+    parent = None
+    if record.parent_id:
+        parent = _context(record.trace_id, record.parent_id, record.parent_remote, record.trace_state)
     return ReadableSpan(
         name=record.name,
         context=record.get_span_context(),
-        parent=_context(record.trace_id, record.parent_id) if record.parent_id else None,
+        parent=parent,
+        links=tuple(Link(c) for c in record.links),
         resource=resource,
         attributes=record.attributes,
         events=tuple(Event(name, attrs, ts) for name, ts, attrs in record.events),

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, Tracer
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, Status, StatusCode, Tracer
 
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.lifecycle import AgentLifecycle
@@ -35,6 +35,7 @@ from rulvar_otel.otel._mapper_helpers import (
     reads_identity,
     unsettled_message,
 )
+from rulvar_otel.otel._parentage import NO_PARENT, Parentage, start_back_link
 from rulvar_otel.otel._scopes import innermost_open, innermost_scope, scope_closed
 from rulvar_otel.otel._span_state import (
     AGENT,
@@ -76,8 +77,16 @@ class SpanMapper:
         *,
         run_id: str | None = None,
         conventions: Iterable[str] = sc.DEFAULT_CONVENTIONS,
+        parentage: Parentage = NO_PARENT,
     ) -> None:
         self._tracer = tracer
+        # Parentage from the host (otel/_parentage.py): the context the root span starts in, and
+        # in "link" mode the caller's span it links to (cleared once the link is made).
+        self._root_context = parentage.root_context
+        self._host_link = parentage.link
+        # The span the last fed event opened, closed or was attached to: a metric observation
+        # of that event carries it as its exemplar (see event_span_context).
+        self._event_span: SpanContext | None = None
         self._openinference = sc.CONVENTION_OPENINFERENCE in frozenset(conventions)
         self._identity = reads_identity(tracer)
         self._mask: Callable[[str], str] = MaskMemo(masker.mask_flat).__getitem__
@@ -135,11 +144,21 @@ class SpanMapper:
         """Events whose ts was not a string, malformed or out of range (each took another time)."""
         return self._clock.bad
 
+    def event_span_context(self) -> SpanContext | None:
+        """The span the last fed event opened, closed or was attached to (None when none)."""
+        return self._event_span
+
+    def run_span_context(self) -> SpanContext | None:
+        """The first run span's context (the per-run metrics' exemplar), None before one opens."""
+        rec = self._first_run
+        return expand_context(rec, self._template) if rec is not None else None
+
     def feed(self, event: Mapping[str, Any]) -> None:
         """Map one wire-form event. Never raises for any event shape."""
         if self.finished:
             return
         self.event_count += 1
+        self._event_span = None
         try:
             if self._run_id is None and isinstance(rid := event.get("runId"), str):
                 self._run_id = rid
@@ -259,20 +278,30 @@ class SpanMapper:
             attrs[sc.GEN_AI_CONVERSATION_ID] = run_id
         if self._openinference:
             attrs[sc.OPENINFERENCE_SPAN_KIND] = OPENINFERENCE_KIND[kind]
-        context: Context | None = Context() if parent is None else parent.child_context
+        context: Context | None = self._root_context if parent is None else parent.child_context
         if context is None and parent is not None:
             context = parent.child_context = trace.set_span_in_context(
                 parent.span or NonRecordingSpan(expand_context(parent, self._template))
             )
+        links = None
+        if parent is None and self._host_link is not None:
+            links = [Link(self._host_link)]
         if self._identity:
             token = SPAN_IDENTITY.set((self._run_id or "", identity))
             try:
-                span = self._tracer.start_span(name, context=context, attributes=attrs, start_time=ns)
+                span = self._tracer.start_span(
+                    name, context=context, attributes=attrs, links=links, start_time=ns
+                )
             finally:
                 SPAN_IDENTITY.reset(token)
         else:
-            span = self._tracer.start_span(name, context=context, attributes=attrs, start_time=ns)
+            span = self._tracer.start_span(
+                name, context=context, attributes=attrs, links=links, start_time=ns
+            )
+        if links is not None:
+            self._link_back(span.get_span_context(), ns)
         rec = MappedSpan(span, kind, ns, parent, self._segment)
+        self._event_span = span.get_span_context()
         if self._anchor is None:
             self._anchor = rec
             if isinstance(rec.context, SpanContext):
@@ -285,6 +314,14 @@ class SpanMapper:
         opened.append(rec)
         self._open_live += 1
         return rec
+
+    def _link_back(self, root: SpanContext, ns: int) -> None:
+        """ "link" mode: the caller's trace gets a zero-length span linking to the run's root."""
+        caller, self._host_link = self._host_link, None
+        if caller is not None and start_back_link(
+            self._tracer, caller, root, self._masked_run_id, self._run_id or "", self._identity, ns
+        ):
+            self.span_count += 1
 
     def _close(
         self,
@@ -301,6 +338,7 @@ class SpanMapper:
         span = rec.span
         if span is None:
             return
+        self._event_span = span.get_span_context()
         ok = False
         literal: str | None = None
         if isinstance(status, str):
@@ -384,6 +422,7 @@ class SpanMapper:
             host = self._host_for(event)
         if host is None or host.span is None:
             return  # nothing open: there is nowhere to put it
+        self._event_span = host.span.get_span_context()
         attrs = ax.event_attributes(event, self._mask)
         if replayed:
             attrs[sc.REPLAYED] = True
@@ -427,7 +466,8 @@ class SpanMapper:
         name = ax.run_span_name(event, self._mask)
         parent = self._first_run if self._first_run is not None else self._anchor
         identity = "run:" + (key or "") if self._identity else ""
-        rec = self._start(RUN, name, event, ns, parent, identity, {})
+        attrs = ax.workflow_open_attributes(event, self._mask)
+        rec = self._start(RUN, name, event, ns, parent, identity, attrs)
         if key is not None:
             self._by_span_id[key] = rec
         if self._first_run is None:
@@ -482,7 +522,10 @@ class SpanMapper:
         """A phase, child or agent span keyed by its spanId, parented by its parentSpanId."""
         span_id = event.get("spanId")
         key = span_id if isinstance(span_id, str) else None
-        attrs = ax.agent_open_attributes(event, self._mask) if kind == AGENT else {}
+        if kind == AGENT:
+            attrs = ax.agent_open_attributes(event, self._mask)
+        else:
+            attrs = ax.workflow_open_attributes(event, self._mask) if kind == CHILD else {}
         parent = self._parent_for(event, attrs)
         name = ax.scope_span_name(SCOPE_TYPES[kind], event, self._mask)
         identity = IDENTITY_PREFIX[kind] + (key or "") if self._identity else ""

@@ -48,7 +48,9 @@ class SpanRecord(Span):
 
     Fields (read them after :meth:`end`): ``name``, ``trace_id``, ``span_id``, ``parent_id``
     (0 for a root), ``kind``, ``start_ns``, ``end_ns``, ``attributes``, ``events``, ``status``,
-    ``dropped_events`` and ``dropped_attributes``.
+    ``dropped_events``, ``dropped_attributes``, ``links`` (span contexts, attribute-free),
+    ``trace_state`` (the parent's W3C tracestate) and ``parent_remote`` (the parent came from
+    another process, as a ``traceparent``).
     """
 
     __slots__ = (
@@ -60,12 +62,15 @@ class SpanRecord(Span):
         "end_ns",
         "events",
         "kind",
+        "links",
         "name",
         "parent_id",
+        "parent_remote",
         "span_id",
         "start_ns",
         "status",
         "trace_id",
+        "trace_state",
     )
 
     def __init__(
@@ -78,6 +83,9 @@ class SpanRecord(Span):
         start_ns: int,
         attributes: dict[str, AttributeValue],
         on_end: Callable[[SpanRecord], None] | None,
+        trace_state: TraceState = _EMPTY_STATE,
+        links: tuple[SpanContext, ...] = (),
+        parent_remote: bool = False,
     ) -> None:
         self.name = name
         self.trace_id = trace_id
@@ -91,7 +99,10 @@ class SpanRecord(Span):
         self.status = _UNSET
         self.dropped_events = 0
         self.dropped_attributes = 0
-        self._context = SpanContext(trace_id, span_id, False, _SAMPLED, _EMPTY_STATE)
+        self.trace_state = trace_state
+        self.links = links
+        self.parent_remote = parent_remote
+        self._context = SpanContext(trace_id, span_id, False, _SAMPLED, trace_state)
         self._on_end = on_end
 
     # --- the part of the Span API the mapper uses -------------------------------------------------
@@ -145,7 +156,9 @@ class SpanRecord(Span):
             self.name = name
 
     def add_link(self, context: SpanContext, attributes: Attributes = None) -> None:
-        """Links are not part of the mapping contract; nothing records them."""
+        """Links the mapper adds (to a host's span, docs/otel-mapping.md#parentage); no attributes."""
+        if self._on_end is not None and context.is_valid:
+            self.links = (*self.links, context)
 
     def record_exception(
         self,
@@ -197,15 +210,27 @@ class RecordingTracer(Tracer):
     ) -> SpanRecord:
         parent = trace.get_current_span(context).get_span_context()
         ids = self.id_generator
+        state = _EMPTY_STATE
         if parent.is_valid:
-            trace_id, parent_id = parent.trace_id, parent.span_id
+            trace_id, parent_id, state = parent.trace_id, parent.span_id, parent.trace_state
         else:
             trace_id, parent_id = ids.generate_trace_id(), 0
         attrs = dict(attributes) if attributes else {}
         if self._name_limit is not None and len(name) > self._name_limit:
             name = name[: self._name_limit]
+        kept = tuple(link.context for link in links if link.context.is_valid) if links else ()
         return SpanRecord(
-            name, trace_id, ids.generate_span_id(), parent_id, kind, start_time or 0, attrs, self._on_end
+            name,
+            trace_id,
+            ids.generate_span_id(),
+            parent_id,
+            kind,
+            start_time or 0,
+            attrs,
+            self._on_end,
+            state,
+            kept,
+            parent.is_valid and parent.is_remote,
         )
 
     @contextmanager

@@ -4,7 +4,8 @@ Events are routed by ``runId``, so two runs in one stream become two traces even
 span ids. At the end each run settles with its own outcome: the handle's for the run it names
 (or for the only run), the last ``run:end`` for the others and whenever no outcome was given.
 Both export pipelines (SDK spans and the direct path) route through :class:`RunRouter`; only the
-tracer and the metrics sink differ.
+tracer and the metrics sink differ. Every run's root span takes the export's parentage (one host
+span parents, or is linked from, each run).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from rulvar_otel.core.drain import Sink
 from rulvar_otel.core.handle import RunOutcome, outcome_from_run_end
 from rulvar_otel.core.masking import SecretMasker
 from rulvar_otel.otel._mapper import SpanMapper
+from rulvar_otel.otel._parentage import NO_PARENT, Parentage
 from rulvar_otel.otel.exporter import create_mapper
+from rulvar_otel.otel.metrics import SpanSource
 
 __all__ = ["RunRouter"]
 
@@ -32,11 +35,13 @@ class RunRouter:
         masker: SecretMasker,
         *,
         conventions: Iterable[str] | None = None,
-        metrics: Callable[[], Sink] | None = None,
+        metrics: Callable[[SpanSource], Sink] | None = None,
+        parentage: Parentage = NO_PARENT,
     ) -> None:
         self._tracer = tracer
         self._masker = masker
         self._conventions = conventions
+        self._parentage = parentage
         self._metrics = metrics
         self._runs: dict[str, tuple[SpanMapper, Sink | None]] = {}
         self._last_run_id = ""
@@ -54,9 +59,14 @@ class RunRouter:
         if run is None:
             # Each run id gets its own mapper, hence its own trace: interleaved runs never merge.
             mapper = create_mapper(
-                self._tracer, masker=self._masker, run_id=rid, conventions=self._conventions
+                self._tracer,
+                masker=self._masker,
+                run_id=rid,
+                conventions=self._conventions,
+                parent=self._parentage,
             )
-            run = self._runs[rid] = (mapper, self._metrics() if self._metrics is not None else None)
+            # The metrics sink reads each event's span from the mapper: its exemplars.
+            run = self._runs[rid] = (mapper, self._metrics(mapper) if self._metrics is not None else None)
         run[0].feed(event)
         if run[1] is not None:
             run[1].feed(event)

@@ -25,6 +25,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
+from opentelemetry.metrics import Meter
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -37,6 +38,7 @@ from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
 from rulvar_otel.otel import semconv
 from rulvar_otel.otel._encode import BatchHeader, EncodedBatch
 from rulvar_otel.otel._mapper import SpanMapper
+from rulvar_otel.otel._parentage import NO_PARENT, Parentage
 from rulvar_otel.otel._records import RecordingTracer, SpanRecord
 
 __all__ = [
@@ -237,12 +239,15 @@ def export_events_direct(
     limits: SpanLimits | None = None,
     sinks: Sequence[Sink] = (),
     conventions: Iterable[str] = semconv.DEFAULT_CONVENTIONS,
+    parentage: Parentage = NO_PARENT,
+    meter: Meter | None = None,
 ) -> int:
     """Map a recorded stream straight onto ``exporters`` (no tracer); returns the spans created.
 
     Every span is exported before this returns (the exporters are shut down). ``sinks`` are fed
     the same pass (a metrics aggregator, say; give it the same ``masker``); ``conventions`` as
-    for :func:`~rulvar_otel.otel.exporter.create_mapper`. A bad ``patterns``
+    for :func:`~rulvar_otel.otel.exporter.create_mapper`; ``parentage`` is the resolved ``parent=``;
+    a ``meter`` gets a recorder whose exemplars name the mapper's spans. A bad ``patterns``
     raises ``ConfigError`` before anything is exported; an exception raised by ``events`` is
     raised again once every span ended.
     """
@@ -251,9 +256,14 @@ def export_events_direct(
     targets = [exporters] if isinstance(exporters, SpanExporter) else list(exporters)
     sink = DirectSpanSink(targets, resource=resource)
     tracer = sink.tracer(id_generator=id_generator, limits=limits)
-    mapper = SpanMapper(tracer, masker, run_id=run_id, conventions=conventions)
+    mapper = SpanMapper(tracer, masker, run_id=run_id, conventions=conventions, parentage=parentage)
+    extra = list(sinks)
+    if meter is not None:
+        from rulvar_otel.otel.metrics import MetricsRecorder
+
+        extra.append(MetricsRecorder(meter, masker, spans=mapper))
     try:
-        drained = drain_events(events, mapper, *sinks, outcome=outcome)
+        drained = drain_events(events, mapper, *extra, outcome=outcome)
     finally:
         sink.shutdown()
     if drained.source_error is not None:

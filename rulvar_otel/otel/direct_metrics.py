@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from opentelemetry.sdk.metrics import Exemplar
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
     Histogram,
@@ -42,11 +43,12 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext
 
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
 from rulvar_otel.otel import semconv
-from rulvar_otel.otel.metrics import _MAX_ATTRIBUTE_CHARS
+from rulvar_otel.otel.metrics import _MAX_ATTRIBUTE_CHARS, SpanSource
 from rulvar_otel.otel.metrics._folds import PAIRED_TYPES
 from rulvar_otel.otel.metrics.registry import (
     ADVANCE_TYPES,
@@ -84,6 +86,10 @@ _PENDING_LIMIT: Final = 4096
 _Key = tuple[tuple[str, AttrValue], ...]
 
 
+# One exemplar: (value, time ns, trace id, span id) of the span the observation belongs to.
+_Exemplar = tuple[float, int, int, int]
+
+
 @dataclass(slots=True)
 class _Buckets:
     counts: list[int]
@@ -91,6 +97,8 @@ class _Buckets:
     count: int = 0
     low: float = math.inf
     high: float = -math.inf
+    # bucket index -> the latest exemplar in it (the SDK's aligned-bucket reservoir keeps the same)
+    exemplars: dict[int, _Exemplar] = field(default_factory=dict)
 
 
 _Raw = tuple[AttrValue | None, ...]
@@ -116,6 +124,7 @@ class _Series:
     cache: dict[_Raw, _Key] = field(default_factory=dict)
     raw_sums: dict[_Raw, float] = field(default_factory=dict)
     pending: dict[_Raw, list[float]] = field(default_factory=dict)
+    pending_exemplars: dict[_Raw, list[_Exemplar]] = field(default_factory=dict)
     waiting: int = 0
 
 
@@ -168,20 +177,27 @@ class MetricsAggregator:
     def finish(self, outcome: RunOutcome | BaseException | None) -> None:
         self._default.finish(outcome)
 
-    def run(self) -> RunMetrics:
+    def run(self, spans: SpanSource | None = None) -> RunMetrics:
         """A sink for one more run of the same export: its own fold state, the same aggregates.
 
         Interleaved runs each get one, as each gets its own span mapper; their series add up
-        where their attribute sets meet.
+        where their attribute sets meet. ``spans`` (that run's span mapper, fed each event just
+        before) gives every histogram observation its span as the exemplar.
         """
-        run = RunMetrics(self)
+        run = RunMetrics(self, spans)
         with self._lock:
             self._runs.append(run)
         return run
 
     # --- folding --------------------------------------------------------------------------------
 
-    def _fold(self, state: FoldState, plan: tuple[_Series, ...], event: Mapping[str, Any]) -> None:
+    def _fold(
+        self,
+        state: FoldState,
+        plan: tuple[_Series, ...],
+        event: Mapping[str, Any],
+        span: SpanContext | None = None,
+    ) -> None:
         for series in plan:
             try:
                 observations = series.fold(state, event)
@@ -194,6 +210,8 @@ class MetricsAggregator:
                         if values is None:
                             values = pending[raw] = []
                         values.append(value)
+                        if span is not None:
+                            _offer_exemplar(series, raw, value, span)
                     series.waiting += len(observations)
                     if series.waiting >= _PENDING_LIMIT:
                         self._settle(series)
@@ -237,7 +255,11 @@ class MetricsAggregator:
                 found.count += len(kept)
                 found.low = min(found.low, min(kept))
                 found.high = max(found.high, max(kept))
+                for exemplar in series.pending_exemplars.get(raw, ()):
+                    if exemplar[0] >= 0:
+                        found.exemplars[bisect_left(bounds, exemplar[0])] = exemplar
             series.pending = {}
+            series.pending_exemplars = {}
             series.waiting = 0
 
     def _resolve(self, series: _Series, raw: tuple[AttrValue | None, ...]) -> _Key:
@@ -284,6 +306,7 @@ class MetricsAggregator:
                             explicit_bounds=list(series.bounds),
                             min=b.low,
                             max=b.high,
+                            exemplars=_exemplars(b),
                         )
                         for key, b in series.buckets.items()
                     ]
@@ -307,14 +330,33 @@ class MetricsAggregator:
         return MetricsData([ResourceMetrics(self.resource, [scope_metrics], self.resource.schema_url)])
 
 
+def _offer_exemplar(series: _Series, raw: _Raw, value: float, span: SpanContext) -> None:
+    """Keep ``span`` as the exemplar of one observation (settled into its bucket with the value)."""
+    if not span.is_valid:
+        return
+    waiting = series.pending_exemplars.get(raw)
+    if waiting is None:
+        waiting = series.pending_exemplars[raw] = []
+    waiting.append((value, time.time_ns(), span.trace_id, span.span_id))
+
+
+def _exemplars(buckets: _Buckets) -> list[Exemplar]:
+    """A data point's exemplars, in bucket order (the SDK's aligned reservoir reports them so)."""
+    return [
+        Exemplar({}, value, ts, span_id, trace_id)
+        for _, (value, ts, trace_id, span_id) in sorted(buckets.exemplars.items())
+    ]
+
+
 class RunMetrics:
     """One run's fold state feeding a :class:`MetricsAggregator` (a drain sink). Never raises."""
 
-    def __init__(self, aggregator: MetricsAggregator) -> None:
+    def __init__(self, aggregator: MetricsAggregator, spans: SpanSource | None = None) -> None:
         self._aggregator = aggregator
         self._plans = aggregator._plans
         self._state = FoldState(aggregator._masker)
-        self._queue: list[tuple[Mapping[str, Any], _Plan]] = []
+        self._spans = spans
+        self._queue: list[tuple[Mapping[str, Any], _Plan, SpanContext | None]] = []
         self._finished = False
 
     def feed(self, event: Mapping[str, Any]) -> None:
@@ -325,7 +367,8 @@ class RunMetrics:
         if plan is None:
             return  # no definition reads it: skipped after one lookup
         queue = self._queue
-        queue.append((event, plan))
+        spans = self._spans
+        queue.append((event, plan, spans.event_span_context() if spans is not None else None))
         if len(queue) >= _BATCH_EVENTS:
             with self._aggregator._lock:
                 self.drain()
@@ -341,7 +384,8 @@ class RunMetrics:
             self._state.outcome = outcome
             plan = self._plans.get(FINISH)
             if plan is not None:
-                aggregator._fold(self._state, plan[0], {})
+                run_span = self._spans.run_span_context() if self._spans is not None else None
+                aggregator._fold(self._state, plan[0], {}, run_span)
 
     def drain(self) -> None:
         """Fold every queued event, in order (the caller holds the aggregator's lock).
@@ -351,7 +395,7 @@ class RunMetrics:
         """
         queue, state, fold = self._queue, self._state, self._aggregator._fold
         count = len(queue)  # the producer may append meanwhile (a reader collecting): fold these
-        for event, (series, advance) in queue[:count]:
+        for event, (series, advance), span in queue[:count]:
             try:
                 if event.get("replayed") is True:
                     # It restates history already counted; only the agent pairing still reads it.
@@ -359,7 +403,7 @@ class RunMetrics:
                         state.advance(event)
                     continue
                 if series:
-                    fold(state, series, event)
+                    fold(state, series, event, span)
                 if advance:
                     state.advance(event)
             except Exception:  # noqa: BLE001 - a malformed event is skipped, not fatal

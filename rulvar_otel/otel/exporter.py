@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Sequence
 
+from opentelemetry.context import Context
 from opentelemetry.metrics import Meter
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import Tracer
@@ -22,6 +23,7 @@ from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel._mapper import SpanMapper
+from rulvar_otel.otel._parentage import Parentage, resolve_parent
 
 __all__ = ["create_mapper", "export_events", "to_otel"]
 
@@ -49,17 +51,22 @@ def create_mapper(
     run_id: str | None = None,
     masker: SecretMasker | None = None,
     conventions: Iterable[str] | None = None,
+    parent: str | Context | Parentage = "ambient",
 ) -> SpanMapper:
     """A :class:`SpanMapper` for incremental feeding (a :class:`~rulvar_otel.core.drain.Sink`).
 
     ``conventions`` picks the optional attribute sets beside the OpenTelemetry ones: ``None``
-    (the default) means ``{"openinference"}``; ``()`` switches them off. Raises
-    :class:`~rulvar_otel.errors.ConfigError` for a bad pattern or an unknown convention before any
-    span exists. Metrics are a sink of their own (``MetricsRecorder``), fed by the same drain.
+    (the default) means ``{"openinference"}``; ``()`` switches them off. ``parent`` is
+    ``"ambient"`` (the default: the run's root span is a child of the current span, when there
+    is one), ``"link"``, ``"none"`` or a ``Context`` (docs/otel-mapping.md#parentage); it is
+    resolved now. Raises :class:`~rulvar_otel.errors.ConfigError` for a bad pattern, an unknown
+    convention or parent mode before any span exists. Metrics are a sink of their own
+    (``MetricsRecorder``), fed by the same drain.
     """
     chosen = _conventions(conventions)
+    parentage = resolve_parent(parent)
     masker = masker if masker is not None else compile_secret_masker(patterns)
-    return SpanMapper(tracer, masker, run_id=run_id, conventions=chosen)
+    return SpanMapper(tracer, masker, run_id=run_id, conventions=chosen, parentage=parentage)
 
 
 def _sinks(
@@ -68,13 +75,14 @@ def _sinks(
     meter: Meter | None,
     run_id: str | None,
     conventions: frozenset[str],
+    parentage: Parentage,
 ) -> tuple[SpanMapper, list[Sink]]:
-    mapper = SpanMapper(tracer, masker, run_id=run_id, conventions=conventions)
+    mapper = SpanMapper(tracer, masker, run_id=run_id, conventions=conventions, parentage=parentage)
     sinks: list[Sink] = [mapper]
     if meter is not None:
         from rulvar_otel.otel.metrics import MetricsRecorder
 
-        sinks.append(MetricsRecorder(meter, masker))
+        sinks.append(MetricsRecorder(meter, masker, spans=mapper))
     return mapper, sinks
 
 
@@ -88,6 +96,7 @@ def export_events(
     meter: Meter | None = None,
     run_id: str | None = None,
     conventions: Iterable[str] | None = None,
+    parent: str | Context = "ambient",
 ) -> int:
     """Map a recorded stream onto spans (and metrics when ``meter`` is given) in one pass.
 
@@ -96,28 +105,32 @@ def export_events(
     ``SpanExporter`` objects, in batches, without a provider; every span is exported before this
     returns). ``outcome`` is how the run settled (an exception for a rejected result); without
     one, the run counts as ok exactly when its ``run:end`` says ``ok`` and is settled.
-    ``conventions`` as for :func:`create_mapper` (``()`` drops ``openinference.span.kind``).
-    Returns the number of spans created. Never raises for a strange event; a bad ``patterns`` or
-    ``conventions`` raises ``ConfigError`` before any span exists, and an exception raised by
-    ``events`` itself is raised again once every span has ended.
+    ``conventions`` and ``parent`` as for :func:`create_mapper` (``()`` drops
+    ``openinference.span.kind``; ``parent`` is resolved in the caller's context, now). Returns
+    the number of spans created. Never raises for a strange event; a bad ``patterns``,
+    ``conventions`` or ``parent`` raises ``ConfigError`` before any span exists, and an exception
+    raised by ``events`` itself is raised again once every span has ended.
     """
     if (tracer is None) == (exporter is None):
         raise TypeError("export_events needs exactly one of tracer= and exporter=")
     chosen = _conventions(conventions)
+    parentage = resolve_parent(parent)
     masker = compile_secret_masker(patterns)
     if exporter is not None:
         from rulvar_otel.otel.direct import export_events_direct
 
-        extra: list[Sink] = []
-        if meter is not None:
-            from rulvar_otel.otel.metrics import MetricsRecorder
-
-            extra.append(MetricsRecorder(meter, masker))
         return export_events_direct(
-            events, exporter, outcome=outcome, masker=masker, run_id=run_id, sinks=extra, conventions=chosen
+            events,
+            exporter,
+            outcome=outcome,
+            masker=masker,
+            run_id=run_id,
+            conventions=chosen,
+            parentage=parentage,
+            meter=meter,
         )
     assert tracer is not None
-    mapper, sinks = _sinks(tracer, masker, meter, run_id, chosen)
+    mapper, sinks = _sinks(tracer, masker, meter, run_id, chosen, parentage)
     drained = drain_events(events, *sinks, outcome=outcome)
     if drained.source_error is not None:
         raise drained.source_error
@@ -132,6 +145,7 @@ async def to_otel(
     patterns: Sequence[str] | None = None,
     meter: Meter | None = None,
     conventions: Iterable[str] | None = None,
+    parent: str | Context = "ambient",
 ) -> int:
     """Drain ``run.events`` into spans (and metrics on ``meter``), then settle on ``run.result``.
 
@@ -139,11 +153,16 @@ async def to_otel(
     never fails the export: it only refuses green to spans that had to be ended without a closer.
     As for :func:`export_events`, give ``tracer`` (the host's provider) or ``exporter`` (the
     direct path: each span goes out in a batch soon after it ends; all of them before this
-    returns); ``conventions`` as for :func:`create_mapper`. Returns the number of spans created.
+    returns); ``conventions`` as for :func:`create_mapper`. ``parent`` as there: in
+    ``"ambient"`` and ``"link"`` modes the caller is the context the bundled engine captured when
+    ``engine.run(...)`` was called (``run.trace_context``), else the context ``to_otel`` is called
+    in. Returns the number of spans created.
     """
     if (tracer is None) == (exporter is None):
         raise TypeError("to_otel needs exactly one of tracer= and exporter=")
     chosen = _conventions(conventions)
+    captured = getattr(run, "trace_context", None)
+    parentage = resolve_parent(parent, captured if isinstance(captured, Context) else None)
     masker = compile_secret_masker(patterns)
     run_id: str | None
     try:
@@ -155,13 +174,13 @@ async def to_otel(
 
         direct = DirectSpanSink([exporter] if isinstance(exporter, SpanExporter) else list(exporter))
         try:
-            mapper, sinks = _sinks(direct.tracer(), masker, meter, run_id, chosen)
+            mapper, sinks = _sinks(direct.tracer(), masker, meter, run_id, chosen, parentage)
             await drain(run, *sinks)
         finally:
             # Flushing waits for the exporters (bounded by their timeouts): off the event loop.
             await asyncio.to_thread(direct.shutdown)
         return mapper.span_count
     assert tracer is not None
-    mapper, sinks = _sinks(tracer, masker, meter, run_id, chosen)
+    mapper, sinks = _sinks(tracer, masker, meter, run_id, chosen, parentage)
     await drain(run, *sinks)
     return mapper.span_count

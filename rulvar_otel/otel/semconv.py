@@ -2,8 +2,10 @@
 
 Dashboards, alert rules, collector configs and tests read names from here, so nothing can query a
 name the exporter does not write. ``gen_ai.*``, ``error.type`` and ``code.*`` names follow the
-OpenTelemetry semantic conventions release :data:`SEMCONV_VERSION` (the GenAI part is flagged
-"development" upstream, so the mapping may change in a minor release of this package);
+OpenTelemetry semantic conventions release :data:`SEMCONV_VERSION` and, for what the GenAI
+conventions added since (``invoke_workflow``, the agent-level metrics), their own repository at
+:data:`GENAI_CONVENTIONS_COMMIT` (the GenAI part is flagged "development" upstream, so the
+mapping may change in a minor release of this package);
 ``openinference.*`` names follow the OpenInference conventions Phoenix and Arize read. The
 mapping itself is documented in ``docs/otel-mapping.md``.
 """
@@ -90,15 +92,20 @@ CODE_FILE_PATH: Final = "code.file.path"
 CODE_LINE_NUMBER: Final = "code.line.number"
 
 # --- OpenTelemetry GenAI semantic conventions -------------------------------------------------
-# The release followed: the last semantic-conventions release that still carries the GenAI
+# The schema followed: the last semantic-conventions release that still carries the GenAI
 # conventions (they have since moved to their own repository, which publishes no schema yet).
 SEMCONV_VERSION: Final[str] = "1.41.0"
 SCHEMA_URL: Final[str] = "https://opentelemetry.io/schemas/" + SEMCONV_VERSION
+# The GenAI conventions' own repository, pinned at the commit whose names, units and advisory
+# buckets this module and the metric registry follow (invoke_workflow, the agent-level metrics).
+GENAI_CONVENTIONS_REPOSITORY: Final[str] = "open-telemetry/semantic-conventions-genai"
+GENAI_CONVENTIONS_COMMIT: Final[str] = "e57c543b4889619eb2a05702471937db5119165d"
 
 GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
 GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
 GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
 GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+GEN_AI_WORKFLOW_NAME: Final = "gen_ai.workflow.name"
 GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
 GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
 GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
@@ -113,6 +120,7 @@ GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: Final = "gen_ai.usage.reasoning.output_tok
 GEN_AI_OPERATION_INVOKE_AGENT: Final[str] = "invoke_agent"
 GEN_AI_OPERATION_CHAT: Final[str] = "chat"
 GEN_AI_OPERATION_EXECUTE_TOOL: Final[str] = "execute_tool"
+GEN_AI_OPERATION_INVOKE_WORKFLOW: Final[str] = "invoke_workflow"
 # Adapter id (lower-cased) -> the convention's well-known gen_ai.provider.name value. An adapter id
 # that is not listed is exported as it is (masked). The well-known values map to themselves.
 GEN_AI_PROVIDER_NAMES: Final[Mapping[str, str]] = {
@@ -209,6 +217,12 @@ METRIC_INVOCATION_DURATION: Final = "rulvar.invocation.duration"
 # Per provider request, by the GenAI conventions: recorded where the engine calls the provider.
 GEN_AI_CLIENT_TOKEN_USAGE: Final = "gen_ai.client.token.usage"
 GEN_AI_CLIENT_OPERATION_DURATION: Final = "gen_ai.client.operation.duration"
+# Agent-level metrics of the GenAI conventions, folded from the stream like the rulvar.* ones.
+GEN_AI_INVOKE_AGENT_DURATION: Final = "gen_ai.invoke_agent.duration"
+GEN_AI_EXECUTE_TOOL_DURATION: Final = "gen_ai.execute_tool.duration"
+GEN_AI_INVOKE_WORKFLOW_DURATION: Final = "gen_ai.invoke_workflow.duration"
+GEN_AI_INVOKE_AGENT_INFERENCE_CALLS: Final = "gen_ai.invoke_agent.inference_calls"
+GEN_AI_INVOKE_AGENT_TOOL_CALLS: Final = "gen_ai.invoke_agent.tool_calls"
 
 # Metric-only attribute keys (span attributes above are reused where the fact is the same).
 WORKFLOW: Final = "rulvar.workflow"

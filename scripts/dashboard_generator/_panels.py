@@ -57,6 +57,9 @@ def _panel(spec: PanelSpec) -> Any:
             .ref_id(chr(ord("A") + index))
             .datasource(DATASOURCE)
         )
+        if spec.kind != "stat" and "histogram_quantile" in expr:
+            # A latency, cost or size panel: each point links to a trace through its exemplars.
+            query = query.exemplar(True)
         builder = builder.with_target(query.instant() if spec.kind == "stat" else query.range())
     return builder
 

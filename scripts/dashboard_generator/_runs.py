@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from dashboard_generator._genai import GENAI_ROW, genai_panels
 from dashboard_generator._panels import PanelSpec, RowSpec
 from dashboard_generator._queries import MODEL, RANGE, WF, both, label, quantile, total
 from rulvar_otel.otel import semconv as sc
@@ -20,7 +21,13 @@ MODEL_REQUESTS_ROW: Final = "Model requests (engine, per provider request)"
 
 
 def runs_panels() -> list[PanelSpec | RowSpec]:
-    return [*_run_panels(), RowSpec(MODEL_REQUESTS_ROW), *model_request_panels()]
+    return [
+        *_run_panels(),
+        RowSpec(GENAI_ROW),
+        *genai_panels(),
+        RowSpec(MODEL_REQUESTS_ROW),
+        *model_request_panels(),
+    ]
 
 
 def _run_panels() -> list[PanelSpec]:

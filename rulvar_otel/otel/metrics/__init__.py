@@ -16,10 +16,13 @@ import weakref
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
+from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Meter, UpDownCounter
 from opentelemetry.metrics import Observation as GaugeObservation
+from opentelemetry.trace import NonRecordingSpan, SpanContext
 
 from rulvar_otel.core.drain import drain
 from rulvar_otel.core.events import EventModel
@@ -44,6 +47,7 @@ __all__ = [
     "REGISTRY",
     "MetricDefinition",
     "MetricsRecorder",
+    "SpanSource",
     "definition",
     "record_metrics",
 ]
@@ -64,6 +68,24 @@ _BATCH_EVENTS: Final = 1024
 # collection; it never reports a value.
 COLLECT_HOOK_NAME: Final = "rulvar.recorder.flush"
 _HOOK_WAIT_S: Final = 1.0
+
+
+class SpanSource(Protocol):
+    """Where an observation's exemplar comes from: the span mapper fed the same events first."""
+
+    def event_span_context(self) -> SpanContext | None:
+        """The span the last fed event opened, closed or was attached to."""
+
+    def run_span_context(self) -> SpanContext | None:
+        """The run's span (the per-run observations at finish belong to it)."""
+
+
+def exemplar_context(span: SpanContext | None) -> Context | None:
+    """The context a histogram observation is recorded in, so the SDK's exemplar names ``span``."""
+    if span is None or not span.is_valid:
+        return None
+    return trace.set_span_in_context(NonRecordingSpan(span), Context())
+
 
 _Instrument = Counter | Histogram | UpDownCounter
 _Adder = Counter | UpDownCounter
@@ -129,7 +151,9 @@ class _Folder:
         self.masker = masker
         self.state = FoldState(masker)
         self.lock = threading.Lock()
-        self.queue: deque[tuple[Mapping[str, Any], _Plan]] = deque()
+        # (event, plan, the span its observations belong to: the exemplar's)
+        self.queue: deque[tuple[Mapping[str, Any], _Plan, SpanContext | None]] = deque()
+        self.spans: SpanSource | None = None
         # counter slot key -> [instrument, masked attributes, running sum]
         self.counters: dict[int, list[Any]] = {}
         self.slots = itertools.count()
@@ -162,24 +186,28 @@ class _Folder:
             try:
                 self._drain()
                 self.state.outcome = outcome
-                self._run_folds(self.plans[FINISH][0], {})
+                run_span = self.spans.run_span_context() if self.spans is not None else None
+                self._run_folds(self.plans[FINISH][0], {}, run_span)
             finally:
                 self._flush_counters()
 
     def _drain(self) -> None:
         queue, state, run_folds = self.queue, self.state, self._run_folds
         while queue:
-            event, (sinks, advance) = queue.popleft()
+            event, (sinks, advance), span = queue.popleft()
             if sinks:
-                run_folds(sinks, event)
+                run_folds(sinks, event, span)
             if advance:
                 try:
                     state.advance(event)
                 except Exception:  # noqa: BLE001 - a malformed event is skipped, not fatal
                     _log.debug("metrics: event skipped", exc_info=True)
 
-    def _run_folds(self, sinks: tuple[_Sink, ...], event: Mapping[str, Any]) -> None:
+    def _run_folds(
+        self, sinks: tuple[_Sink, ...], event: Mapping[str, Any], span: SpanContext | None = None
+    ) -> None:
         state, counters = self.state, self.counters
+        context: Context | None = None  # built once, for the first histogram observation
         for sink in sinks:
             try:
                 cache, histogram = sink.cache, sink.histogram
@@ -188,7 +216,9 @@ class _Folder:
                     if resolved is None:
                         resolved = self._resolve(sink, raw)
                     if histogram is not None:
-                        histogram.record(value, resolved[1])
+                        if context is None and span is not None:
+                            context = exemplar_context(span)
+                        histogram.record(value, resolved[1], context=context)
                     elif sink.lower <= value < math.inf:
                         slot = counters.get(resolved[0])
                         if slot is None:
@@ -292,6 +322,8 @@ class MetricsRecorder:
     takes the run's outcome (a :class:`RunOutcome`, the exception the result rejected with, or
     ``None`` when nothing is known) and records the per-run metrics. Neither ever raises: a
     malformed event records what it can and is otherwise ignored. Replayed events are skipped.
+    ``spans`` (the span mapper fed each event just before) gives every histogram observation its
+    span as the exemplar.
 
     Events are folded in batches: at most a few hundred observed events wait, and all of them
     are folded and handed to the SDK at ``run:end``, at ``finish``, on :meth:`flush` and before
@@ -299,8 +331,13 @@ class MetricsRecorder:
     event must not be mutated afterwards (parsed JSON never is).
     """
 
-    def __init__(self, meter: Meter, masker: SecretMasker | None = None) -> None:
+    def __init__(
+        self, meter: Meter, masker: SecretMasker | None = None, *, spans: SpanSource | None = None
+    ) -> None:
         self._folder = _Folder(meter, masker if masker is not None else compile_secret_masker())
+        # With the span mapper fed the same events first, each histogram observation is recorded
+        # in its span's context: the SDK's exemplar carries that span's trace and span id.
+        self._folder.spans = self._spans = spans
         self._plans: Mapping[Any, _Plan] = self._folder.plans
         self._queue = self._folder.queue
         hook = _collect_hook(meter)
@@ -327,7 +364,8 @@ class MetricsRecorder:
                     return
                 plan = _PAIRING_ONLY
             queue = self._queue
-            queue.append((wire, plan))
+            spans = self._spans
+            queue.append((wire, plan, spans.event_span_context() if spans is not None else None))
             if kind == "run:end" or self._eager:
                 self._folder.work(flush_counters=True)
             elif len(queue) >= self._batch:

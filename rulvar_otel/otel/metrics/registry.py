@@ -31,9 +31,14 @@ from rulvar_otel.otel.metrics._folds import (
     fold_agent_invocations,
     fold_determinism,
     fold_escalations,
+    fold_execute_tool_duration,
     fold_exposure_waits,
     fold_invocation_duration,
     fold_invocation_tokens,
+    fold_invoke_agent_duration,
+    fold_invoke_agent_inference_calls,
+    fold_invoke_agent_tool_calls,
+    fold_invoke_workflow_duration,
     fold_ledger_ops,
     fold_ledger_ops_per_spawn,
     fold_net_lost,
@@ -187,10 +192,28 @@ RENDER_SIZE_BUCKETS: Final = (
 )  # fmt: skip
 OPS_PER_SPAWN_BUCKETS: Final = (0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0, 34.0)
 
+# The GenAI conventions' advisory buckets for the request duration (seconds); the token buckets
+# are TOKEN_BUCKETS above.
+REQUEST_DURATION_BUCKETS: Final = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+)  # fmt: skip
+# The GenAI conventions' advisory buckets for the agent-level metrics (semconv.GENAI_CONVENTIONS_COMMIT):
+# an agent invocation's duration, a tool execution's (the client-operation buckets), and the calls
+# one agent invocation makes. The workflow duration takes the agent's: a workflow is agents.
+INVOKE_AGENT_DURATION_BUCKETS: Final = (
+    0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 51.2, 102.4, 204.8, 409.6,
+)  # fmt: skip
+CALLS_PER_INVOCATION_BUCKETS: Final = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
+
 _C, _H, _U = InstrumentKind.COUNTER, InstrumentKind.HISTOGRAM, InstrumentKind.UP_DOWN_COUNTER
 _PHASE_ATTRS: Final = (sc.WORKFLOW, sc.GEN_AI_REQUEST_MODEL, sc.GEN_AI_PROVIDER_NAME, sc.AGENT_ROLE)
 _TOOL_ATTRS: Final = (sc.WORKFLOW, sc.TOOL_NAME, sc.STATUS, sc.TOOL_GUARD, sc.TOOL_DECIDED_BY)
 _AGENT_ATTRS: Final = (sc.WORKFLOW, sc.AGENT_TYPE, sc.STATUS, sc.GEN_AI_REQUEST_MODEL)
+# The convention's attributes, after rulvar.workflow (every dashboard filters by workflow).
+_GENAI_AGENT_ATTRS: Final = (
+    sc.WORKFLOW,
+    sc.GEN_AI_OPERATION_NAME, sc.GEN_AI_AGENT_NAME, sc.GEN_AI_REQUEST_MODEL, sc.GEN_AI_PROVIDER_NAME,
+)  # fmt: skip
 
 REGISTRY: Final[tuple[MetricDefinition, ...]] = (
     # --- the five documented metrics ---
@@ -335,6 +358,38 @@ REGISTRY: Final[tuple[MetricDefinition, ...]] = (
         (sc.WORKFLOW, sc.SPAWN_CODE, sc.AGENT_TYPE), ("spawn:rejected",), fold_spawns_rejected, None,
         "one per live `spawn:rejected`",
     ),
+    # --- the GenAI conventions' agent-level metrics (their names, units and advisory buckets) ---
+    MetricDefinition(
+        sc.GEN_AI_INVOKE_AGENT_DURATION, _H, "s", "Duration of GenAI agent invocations.",
+        (*_GENAI_AGENT_ATTRS, sc.ERROR_TYPE), ("agent:end",), fold_invoke_agent_duration,
+        INVOKE_AGENT_DURATION_BUCKETS,
+        "live `agent:end` `ts` minus its live `agent:start` `ts` (`error.type` when not ok)",
+    ),
+    MetricDefinition(
+        sc.GEN_AI_INVOKE_AGENT_INFERENCE_CALLS, _H, "{inference_call}",
+        "Number of inference calls made during one agent invocation.",
+        _GENAI_AGENT_ATTRS, ("agent:end",), fold_invoke_agent_inference_calls,
+        CALLS_PER_INVOCATION_BUCKETS,
+        "per live `agent:end`: the live `agent:phase:end` events of that agent",
+    ),
+    MetricDefinition(
+        sc.GEN_AI_INVOKE_AGENT_TOOL_CALLS, _H, "{tool_call}",
+        "Number of tool calls made during one agent invocation.",
+        _GENAI_AGENT_ATTRS, ("agent:end",), fold_invoke_agent_tool_calls, CALLS_PER_INVOCATION_BUCKETS,
+        "per live `agent:end`: the live `tool:end` events of that agent",
+    ),
+    MetricDefinition(
+        sc.GEN_AI_EXECUTE_TOOL_DURATION, _H, "s", "Duration of GenAI tool executions.",
+        (sc.WORKFLOW, sc.GEN_AI_OPERATION_NAME, sc.GEN_AI_TOOL_NAME, sc.ERROR_TYPE), ("tool:end",),
+        fold_execute_tool_duration, REQUEST_DURATION_BUCKETS,
+        "live `tool:end` `durationMs` (`error.type`: its `errorCode` when not ok)",
+    ),
+    MetricDefinition(
+        sc.GEN_AI_INVOKE_WORKFLOW_DURATION, _H, "s", "Duration of GenAI workflow invocations.",
+        (sc.WORKFLOW, sc.GEN_AI_OPERATION_NAME, sc.GEN_AI_WORKFLOW_NAME, sc.ERROR_TYPE), ("run:end",),
+        fold_invoke_workflow_duration, INVOKE_AGENT_DURATION_BUCKETS,
+        "`run:end` `ts` minus the latest `run:start` `ts` (`error.type` when not ok or unsettled)",
+    ),
     MetricDefinition(
         sc.METRIC_DETERMINISM_WARNINGS, _C, "{warning}",
         "Bare clock/random calls observed in a run (provenance workflow is the one to fix).",
@@ -360,11 +415,6 @@ def definition(name: str) -> MetricDefinition:
 # rulvar.workflow. The dashboards read them from here; a test checks these definitions against
 # what an engine records.
 
-# The GenAI conventions' advisory buckets for the request duration (seconds); the token buckets
-# are TOKEN_BUCKETS above.
-REQUEST_DURATION_BUCKETS: Final = (
-    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
-)  # fmt: skip
 _REQUEST_ATTRS: Final = (sc.GEN_AI_OPERATION_NAME, sc.GEN_AI_PROVIDER_NAME, sc.GEN_AI_REQUEST_MODEL)
 
 
