@@ -31,7 +31,7 @@ from rulvar_otel.cli._output import (
     terminal_safe,
 )
 from rulvar_otel.core.handle import RunHandle, RunOutcome
-from rulvar_otel.errors import ConfigError
+from rulvar_otel.errors import ConfigError, InvalidHeaderError
 from rulvar_otel.export import (
     DEFAULT_PROMETHEUS_HOST,
     EventObserver,
@@ -248,6 +248,7 @@ _FLAG_NAMES: Final = (
     ("Prometheus host must", "--prometheus-host must"),
     ("Prometheus linger must", "--prometheus-linger must"),
     ("pipeline must", "--pipeline must"),
+    ("header ", "--header "),
 )
 
 
@@ -300,6 +301,8 @@ def options_from_cli(
             prometheus_linger_s=prometheus_linger,
             pipeline=pipeline,
         )
+    except InvalidHeaderError as exc:
+        raise InvalidHeaderError(_flagged(str(exc)), exc.name) from None
     except ConfigError as exc:
         raise ConfigError(_flagged(str(exc))) from None
     # Every line the command prints (its own, the progress view, library logs) uses this masker.
