@@ -417,7 +417,8 @@ def sanitize_and_mask(text: str, masker: SecretMasker | None = None) -> str:
 # A URL's userinfo: scheme, "://", then everything up to the last "@" before the host (a
 # password may hold "@"), of any length. The run stops at "/", "?", "#", whitespace or a bracket,
 # so the runs after two "://" never overlap and each is scanned a bounded number of times: linear.
-_USERINFO: Final = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]{0,31}://)[^/?#\s\[\]]*@")
+# No boundary before the scheme: "key_postgres://..." is a URL glued to a word.
+_USERINFO: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]{0,31}://)[^/?#\s\[\]]*@")
 # A URL's query and fragment: their values are the host's business, never shown.
 _QUERY: Final = re.compile(r"[?#]\S*")
 REDACTED_USERINFO: Final = "[redacted]"

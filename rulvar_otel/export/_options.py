@@ -37,6 +37,8 @@ def parse_header(text: str) -> tuple[str, str]:
         raise InvalidHeaderError(
             "header must be given as KEY=VALUE (this one has no '='; it is not shown)", ""
         )
+    if not key.strip():
+        raise InvalidHeaderError("header must be given as KEY=VALUE (the name is empty)", "")
     value = value.strip()
     return check_header(key, value), value
 
