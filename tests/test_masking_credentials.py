@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -289,3 +290,15 @@ def test_the_cli_keeps_grpc_core_logging_off_file_descriptor_2() -> None:
     assert MARK.encode() in bare.stderr.upper()  # the core does write it without the CLI's setting
     cli = subprocess.run([sys.executable, "-c", probe, "cli"], capture_output=True, env=env, timeout=60)
     assert MARK.encode() not in cli.stderr.upper(), cli.stderr
+
+
+def test_every_shape_docs_masking_md_lists_is_masked_as_shown() -> None:
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "masking.md").read_text(encoding="utf-8")
+    section = doc.split("## What the default set masks", 1)[1].split("The named credentials", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "`" in line]
+    assert len(rows) >= 18
+    for row in rows:
+        cells = row.split(" | ")
+        example = re.findall(r"`([^`]+)`", cells[1])[0]
+        shown = re.findall(r"`([^`]+)`", cells[2])[0]
+        assert _clean(example) == shown, row
