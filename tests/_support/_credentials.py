@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+__all__ = ["CREDENTIALS", "MARK", "Credential", "credential", "credential_kinds"]
+
 MARK: Final = "FAKEMARK"
 
 
