@@ -302,3 +302,11 @@ def test_every_shape_docs_masking_md_lists_is_masked_as_shown() -> None:
         example = re.findall(r"`([^`]+)`", cells[1])[0]
         shown = re.findall(r"`([^`]+)`", cells[2])[0]
         assert _clean(example) == shown, row
+
+
+def test_assets_write_names_its_directory_masked(tmp_path: Path) -> None:
+    directory = tmp_path / f"token_{credential('github-classic').sample}"
+    code, out, err = run_cli("assets", "write", str(directory), "--only", "alerts")
+    assert code == 0, err
+    assert "wrote" in out and MASKED_SECRET in out
+    assert MARK not in out + err
