@@ -22,7 +22,14 @@ from hypothesis import strategies as st
 
 from rulvar_otel.errors import ConfigError, InvalidHeaderError
 from rulvar_otel.export import ExportOptions, StreamedRun, build_metrics_delivery, export_run, parse_header
-from rulvar_otel.masking import MASKED_SECRET, default_masker, mask_secrets, redact_url, redact_userinfo
+from rulvar_otel.masking import (
+    MASKED_SECRET,
+    compile_secret_masker,
+    default_masker,
+    mask_secrets,
+    redact_url,
+    redact_userinfo,
+)
 from tests._support import (
     CREDENTIALS,
     MARK,
@@ -310,3 +317,9 @@ def test_assets_write_names_its_directory_masked(tmp_path: Path) -> None:
     assert code == 0, err
     assert "wrote" in out and MASKED_SECRET in out
     assert MARK not in out + err
+
+
+def test_a_host_pattern_can_mask_only_its_secret_group() -> None:
+    masker = compile_secret_masker([r"(?i)x-team-token:\s*(?P<secret>\S+)", r"tok_(?P<secret>x*)"])
+    assert masker.clean("x-team-token: abc123 ok") == f"x-team-token: {MASKED_SECRET} ok"
+    assert masker.clean("tok_ and tok_xx") == f"tok_ and tok_{MASKED_SECRET}"  # an empty group masks nothing

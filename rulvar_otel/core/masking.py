@@ -11,6 +11,7 @@ One :class:`SecretMasker` (the default credential set, then host patterns) offer
   only what matches, searching the raw text and the views of it in :mod:`._text_views`.
 
 Every pattern runs on RE2, compiled and applied on its own; one search is linear in its input.
+A pattern with a group named ``secret`` masks only that group (``password=`` stays).
 Finding every match costs one search per match, so each value has a work budget (bytes handed to
 the engine, :data:`WORK_PER_BYTE` times its length plus a floor); a value that exhausts it is
 masked whole. Masking is therefore bounded for every input and every accepted pattern.
@@ -98,7 +99,7 @@ DEFAULT_SECRET_PATTERNS: Final[tuple[str, ...]] = (
 # The shortest string any default pattern can match: "pwd=" plus one character.
 _SHORTEST_DEFAULT_MATCH: Final = 5
 # The group a pattern names to mask only part of its match.
-SECRET_GROUP: Final = "secret"
+_SECRET_GROUP: Final = "secret"
 # Bound on the memo of already-masked strings; ids and names repeat a lot in one stream.
 _CACHE_LIMIT: Final = 8192
 # Work budget per value: bytes handed to the engine, at most WORK_PER_BYTE * len + _WORK_FLOOR.
@@ -148,7 +149,7 @@ def _secret_group(source: str) -> int:
     """The number of the group named ``secret`` in ``source`` (0: the whole match is masked)."""
     program = _program(source, capture=True)
     for name, number in program.NamedCapturingGroups():
-        if name == SECRET_GROUP.encode():
+        if name == _SECRET_GROUP.encode():
             return int(number)
     return 0
 
