@@ -272,6 +272,9 @@ def test_shortest_default_match_bound_holds() -> None:
     assert mask_secrets("pwd=x") == f"pwd={MASKED_SECRET}"
     assert len("pwd=x") == _SHORTEST_DEFAULT_MATCH
     assert mask_secrets("pwd=") == "pwd="
+    # Below the shortest shape without "=", only a "name=value" credential can match.
+    assert mask_secrets("xoxb-" + "1" * 10) == MASKED_SECRET
+    assert mask_secrets("xoxb-" + "1" * 9) == "xoxb-" + "1" * 9
     for key in KEYS:
         assert len(key) >= _SHORTEST_DEFAULT_MATCH
     host = compile_secret_masker([r"\d{3}"])

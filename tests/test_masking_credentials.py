@@ -323,3 +323,25 @@ def test_a_host_pattern_can_mask_only_its_secret_group() -> None:
     masker = compile_secret_masker([r"(?i)x-team-token:\s*(?P<secret>\S+)", r"tok_(?P<secret>x*)"])
     assert masker.clean("x-team-token: abc123 ok") == f"x-team-token: {MASKED_SECRET} ok"
     assert masker.clean("tok_ and tok_xx") == f"tok_ and tok_{MASKED_SECRET}"  # an empty group masks nothing
+
+
+_SHORT_PIECES = ["sk-", "sk_live_", "AKIA", "ghp_", "xoxb-", "xapp-1-", "hf_", "npm_", "ya29.", "eyJ", "AIza"]
+_SHORT_PIECES += [
+    "bearer ",
+    "authorization:",
+    "-----BEGIN ",
+    "PRIVATE KEY-----",
+    "a",
+    "0",
+    "_",
+    "-",
+    ".",
+    " ",
+]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(_SHORT_PIECES), max_size=6).map("".join).filter(lambda s: len(s) < 15))
+def test_skipping_short_values_without_an_equals_sign_never_skips_a_match(text: str) -> None:
+    masker = default_masker()
+    assert masker.mask(text) == masker._mask_uncached(text)

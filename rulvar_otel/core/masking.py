@@ -96,8 +96,11 @@ DEFAULT_SECRET_PATTERNS: Final[tuple[str, ...]] = (
     r"(?:[\s\S]*?-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|(?:[A-Za-z0-9+/=\\\r\n\t ,.:_-])*)",
 )
 
-# The shortest string any default pattern can match: "pwd=" plus one character.
+# The shortest string any default pattern can match: "pwd=" plus one character. Only the
+# "name=value" pattern matches below _SHORTEST_WITHOUT_EQUALS ("xoxb-" plus 10 characters), and
+# only with an "=", so shorter strings without one (most ids, names, statuses) skip the scan.
 _SHORTEST_DEFAULT_MATCH: Final = 5
+_SHORTEST_WITHOUT_EQUALS: Final = 15
 # The group a pattern names to mask only part of its match.
 _SECRET_GROUP: Final = "secret"
 # Bound on the memo of already-masked strings; ids and names repeat a lot in one stream.
@@ -217,6 +220,8 @@ class SecretMasker:
     def mask(self, text: str) -> str:
         """``text`` with every match replaced by :data:`MASKED_SECRET`, everything else kept."""
         if len(text) < self._min_length:
+            return text
+        if len(text) < _SHORTEST_WITHOUT_EQUALS and not self.patterns and "=" not in text:
             return text
         cached = self._cache.get(text, text)
         if cached is not text:
