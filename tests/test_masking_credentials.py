@@ -345,3 +345,26 @@ _SHORT_PIECES += [
 def test_skipping_short_values_without_an_equals_sign_never_skips_a_match(text: str) -> None:
     masker = default_masker()
     assert masker.mask(text) == masker._mask_uncached(text)
+
+
+def test_the_secrets_a_command_was_given_never_appear_in_its_messages(tmp_path: Path) -> None:
+    # Not credential-shaped at all: only knowing they were configured can hide them.
+    query_value, header_value = "plainquery4242", "plainheader4242"
+    stream = write_stream(tmp_path / "s.jsonl", run_stream(agent_start(1, "a1", "s0"), agent_end(2, "a1")))
+    endpoint = f"http://127.0.0.1:{closed_port()}/v1/traces?code={query_value}"
+    args = [
+        "export",
+        str(stream),
+        "--progress",
+        "off",
+        "--protocol",
+        "http/protobuf",
+        "--export-timeout",
+        "2",
+    ]
+    done = _cli_subprocess(
+        [*args, "--endpoint", endpoint, "--header", f"x-team=Team {header_value}"], dict(os.environ)
+    )
+    assert done.returncode == 1, done.stderr
+    assert b"not delivered" in done.stderr
+    assert query_value.encode() not in done.stderr and header_value.encode() not in done.stderr

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Final, TextIO
+from urllib.parse import parse_qsl, urlsplit
 
 import typer
 
@@ -259,6 +261,31 @@ def _flagged(message: str) -> str:
     return message
 
 
+# A configured value shorter than this is not masked in messages: "1" or "json" would mask every
+# occurrence of an ordinary word.
+_MIN_CONFIGURED_SECRET: Final = 6
+
+
+def configured_secret_patterns(export: ExportOptions) -> tuple[str, ...]:
+    """Literal patterns for the secrets an export was given: header values (and each word of
+    one, ``Bearer <token>``), and the query values and password of its endpoints."""
+    values: set[str] = set()
+    for value in export.headers.values():
+        values.add(value.strip())
+        values.update(value.split())
+    for url in (export.endpoint, export.metrics_endpoint):
+        if not url:
+            continue
+        parts = urlsplit(url.strip())
+        values.update(value for _, value in parse_qsl(parts.query, keep_blank_values=False))
+        values.update(pair.partition("=")[2] for pair in parts.query.split("&"))  # as sent, encoded
+        values.update(parts.fragment.split("&"))
+        if parts.password:
+            values.add(parts.password)
+    kept = sorted(v for v in values if len(v) >= _MIN_CONFIGURED_SECRET)
+    return tuple(re.escape(v) for v in kept)
+
+
 def options_from_cli(
     *,
     pattern: Sequence[str] | None = None,
@@ -305,8 +332,12 @@ def options_from_cli(
         raise InvalidHeaderError(_flagged(str(exc)), exc.name) from None
     except ConfigError as exc:
         raise ConfigError(_flagged(str(exc))) from None
-    # Every line the command prints (its own, the progress view, library logs) uses this masker.
-    set_output_masker(compile_secret_masker(export.patterns) if export.patterns else None)
+    # Every line the command prints (its own, the progress view, library logs) uses this masker:
+    # the host's patterns, plus the secrets the command was given (an HTTP client's error can
+    # quote a header or the endpoint's query, whatever their shape).
+    literals = configured_secret_patterns(export)
+    patterns = (*export.patterns, *literals)
+    set_output_masker(compile_secret_masker(patterns) if patterns else None)
     return CommandOptions(export=export, progress=progress, tree=tree)
 
 
