@@ -5,7 +5,8 @@ can catch the whole family in one clause, or one branch precisely::
 
     RulvarOtelError
     ├── ConfigError(ValueError)         bad configuration: a redaction pattern, an envelope
-    │                                   that fails the runtime gate, a CLI option
+    │   │                               that fails the runtime gate, a CLI option
+    │   └── InvalidHeaderError          an export header whose name or value cannot be sent
     ├── EventError(ValueError)          one event that is not a WorkflowEvent
     │   └── StreamLineError             one line of a JSONL stream, with its line number
     ├── SourceError(RuntimeError)       a source that cannot deliver (unreadable file, server
@@ -45,6 +46,7 @@ __all__ = [
     "EventError",
     "ExportError",
     "ExposureDrainedError",
+    "InvalidHeaderError",
     "JournalError",
     "QuotaExhaustedError",
     "ReplayMissError",
@@ -68,6 +70,19 @@ class ConfigError(RulvarOtelError, ValueError):
     """A configuration value (pattern, envelope, option) is invalid; the message names it."""
 
     code = "config"
+
+
+class InvalidHeaderError(ConfigError):
+    """An export header that no transport can send; the message never quotes its value.
+
+    ``name`` is the part of the header's name that is valid (up to the first refused character).
+    """
+
+    code = "invalid_header"
+
+    def __init__(self, message: str, name: str) -> None:
+        super().__init__(message)
+        self.name = name
 
 
 class EventError(RulvarOtelError, ValueError):

@@ -269,8 +269,12 @@ def test_shortest_default_match_bound_holds() -> None:
     # The masker skips strings shorter than the shortest default match: prove the bound is real.
     from rulvar_otel.core.masking import _SHORTEST_DEFAULT_MATCH
 
+    assert mask_secrets("pwd=x") == f"pwd={MASKED_SECRET}"
+    assert len("pwd=x") == _SHORTEST_DEFAULT_MATCH
+    assert mask_secrets("pwd=") == "pwd="
+    # Below the shortest shape without "=", only a "name=value" credential can match.
     assert mask_secrets("xoxb-" + "1" * 10) == MASKED_SECRET
-    assert len("xoxb-" + "1" * 10) == _SHORTEST_DEFAULT_MATCH
+    assert mask_secrets("xoxb-" + "1" * 9) == "xoxb-" + "1" * 9
     for key in KEYS:
         assert len(key) >= _SHORTEST_DEFAULT_MATCH
     host = compile_secret_masker([r"\d{3}"])

@@ -27,6 +27,7 @@ ERRORS = [
     "EventError",
     "ExportError",
     "ExposureDrainedError",
+    "InvalidHeaderError",
     "JournalError",
     "QuotaExhaustedError",
     "ReplayMissError",

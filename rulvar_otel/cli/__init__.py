@@ -5,6 +5,13 @@ Each command lives in its own module and registers itself on the one Typer app.
 
 from __future__ import annotations
 
+import os
+
+# gRPC's C core logs straight to file descriptor 2, past every masker (a refused metadata key is
+# quoted whole). Headers are checked before gRPC sees them; this keeps the core's own lines off
+# the terminal too. It must be set before grpc is first imported.
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+
 from typing import Annotated
 
 import typer

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from typing import Annotated, Final
 
 import typer
 
-from rulvar_otel.cli._output import plural
+from rulvar_otel.cli._output import plural, say, terminal_safe
 
 __all__ = [
     "Asset",
@@ -219,7 +218,7 @@ def list_command(only: OnlyOption = None) -> None:
     """Print every shipped asset with its size and groups."""
     for asset in select_assets(iter_assets(), only or ()):
         groups = ", ".join(g.value for g in AssetGroup if g in asset.groups)
-        print(f"{asset.path}  {len(asset.read_bytes())} bytes  ({groups})")
+        print(terminal_safe(f"{asset.path}  {len(asset.read_bytes())} bytes  ({groups})"))
 
 
 @app.command("write")
@@ -233,29 +232,30 @@ def write_command(
     """Write the assets under DIR, laid out as in the repository (DIR/dashboards, DIR/collector_config)."""
     assets = select_assets(iter_assets(), only or ())
     if not assets:
-        print("rulvar-otel: error: this installation ships no assets", file=sys.stderr)
+        say("error: this installation ships no assets")
         raise typer.Exit(EXIT_CONFLICT)
     try:
         report = write_assets(assets, directory, force=force)
     except OSError as exc:
-        print(f"rulvar-otel: error: cannot write under {directory}: {exc.strerror or exc}", file=sys.stderr)
+        say(f"error: cannot write under {directory}: {exc.strerror or exc}")
         raise typer.Exit(EXIT_CONFLICT) from None
     if report.conflicts and not force:
         for path in report.conflicts:
-            print(f"rulvar-otel: {directory / path} differs from the shipped file", file=sys.stderr)
-        print(
-            f"rulvar-otel: error: wrote nothing: {plural(len(report.conflicts), 'changed file')} "
-            "would be overwritten (pass --force to replace)",
-            file=sys.stderr,
+            say(f"{directory / path} differs from the shipped file")
+        say(
+            f"error: wrote nothing: {plural(len(report.conflicts), 'changed file')} "
+            "would be overwritten (pass --force to replace)"
         )
         raise typer.Exit(EXIT_CONFLICT)
     same = f"{plural(len(report.unchanged), 'file')} already identical"
     if not report.written:
-        print(f"nothing to write under {directory}: {same}")
+        print(terminal_safe(f"nothing to write under {directory}: {same}"))
     else:
         print(
-            f"wrote {plural(len(report.written), 'file')} under {directory}"
-            + (f" ({same})" if report.unchanged else "")
+            terminal_safe(
+                f"wrote {plural(len(report.written), 'file')} under {directory}"
+                + (f" ({same})" if report.unchanged else "")
+            )
         )
 
 

@@ -14,11 +14,13 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Final, TextIO
+from urllib.parse import parse_qsl, urlsplit
 
 import typer
 
@@ -33,7 +35,7 @@ from rulvar_otel.cli._output import (
 )
 from rulvar_otel.cli._traceparent import parentage_from_cli
 from rulvar_otel.core.handle import RunHandle, RunOutcome
-from rulvar_otel.errors import ConfigError
+from rulvar_otel.errors import ConfigError, InvalidHeaderError
 from rulvar_otel.export import (
     DEFAULT_PROMETHEUS_HOST,
     EventObserver,
@@ -269,6 +271,7 @@ _FLAG_NAMES: Final = (
     ("Prometheus host must", "--prometheus-host must"),
     ("Prometheus linger must", "--prometheus-linger must"),
     ("pipeline must", "--pipeline must"),
+    ("header ", "--header "),
 )
 
 
@@ -277,6 +280,31 @@ def _flagged(message: str) -> str:
         if message.startswith(field_text):
             return flag_text + message[len(field_text) :]
     return message
+
+
+# A configured value shorter than this is not masked in messages: "1" or "json" would mask every
+# occurrence of an ordinary word.
+_MIN_CONFIGURED_SECRET: Final = 6
+
+
+def configured_secret_patterns(export: ExportOptions) -> tuple[str, ...]:
+    """Literal patterns for the secrets an export was given: header values (and each word of
+    one, ``Bearer <token>``), and the query values and password of its endpoints."""
+    values: set[str] = set()
+    for value in export.headers.values():
+        values.add(value.strip())
+        values.update(value.split())
+    for url in (export.endpoint, export.metrics_endpoint):
+        if not url:
+            continue
+        parts = urlsplit(url.strip())
+        values.update(value for _, value in parse_qsl(parts.query, keep_blank_values=False))
+        values.update(pair.partition("=")[2] for pair in parts.query.split("&"))  # as sent, encoded
+        values.update(parts.fragment.split("&"))
+        if parts.password:
+            values.add(parts.password)
+    kept = sorted(v for v in values if len(v) >= _MIN_CONFIGURED_SECRET)
+    return tuple(re.escape(v) for v in kept)
 
 
 def options_from_cli(
@@ -325,10 +353,16 @@ def options_from_cli(
             pipeline=pipeline,
             parent=parentage,
         )
+    except InvalidHeaderError as exc:
+        raise InvalidHeaderError(_flagged(str(exc)), exc.name) from None
     except ConfigError as exc:
         raise ConfigError(_flagged(str(exc))) from None
-    # Every line the command prints (its own, the progress view, library logs) uses this masker.
-    set_output_masker(compile_secret_masker(export.patterns) if export.patterns else None)
+    # Every line the command prints (its own, the progress view, library logs) uses this masker:
+    # the host's patterns, plus the secrets the command was given (an HTTP client's error can
+    # quote a header or the endpoint's query, whatever their shape).
+    literals = configured_secret_patterns(export)
+    patterns = (*export.patterns, *literals)
+    set_output_masker(compile_secret_masker(patterns) if patterns else None)
     return CommandOptions(export=export, progress=progress, tree=tree)
 
 

@@ -40,11 +40,13 @@ MAX_PRINTED_CHARS: Final = 1000
 def terminal_safe(text: str, masker: SecretMasker | None = None) -> str:
     """Sanitize, mask (URL userinfo redacted) and bound: the discipline for every printed dynamic string.
 
-    Without ``masker``, the command's own (``--pattern`` included) once its options are parsed.
+    The command's own masker (``--pattern`` and the secrets it was given) always applies, after
+    ``masker`` when one is given.
     """
     if len(text) > 4 * MAX_PRINTED_CHARS:
         text = text[: 4 * MAX_PRINTED_CHARS]
-    cleaned = (masker or output_masker()).clean(text)
+    command = output_masker()
+    cleaned = command.clean(text if masker is None or masker is command else masker.clean(text))
     return cleaned if len(cleaned) <= MAX_PRINTED_CHARS else cleaned[: MAX_PRINTED_CHARS - 1] + "…"
 
 

@@ -11,6 +11,7 @@ One :class:`SecretMasker` (the default credential set, then host patterns) offer
   only what matches, searching the raw text and the views of it in :mod:`._text_views`.
 
 Every pattern runs on RE2, compiled and applied on its own; one search is linear in its input.
+A pattern with a group named ``secret`` masks only that group (``password=`` stays).
 Finding every match costs one search per match, so each value has a work budget (bytes handed to
 the engine, :data:`WORK_PER_BYTE` times its length plus a floor); a value that exhausts it is
 masked whole. Masking is therefore bounded for every input and every accepted pattern.
@@ -55,25 +56,53 @@ __all__ = [
 
 MASKED_SECRET: Final = "[masked-secret]"
 
-# RE2 syntax (the collector's redaction processor mirrors them). A word boundary before each
-# shape, none after: a key followed by "_" or more characters is still masked. Only a private
-# key's search can read past its match (to find the END line); a key cut short (a truncated
-# value) is still masked from its BEGIN line on.
+# RE2 syntax (the collector's redaction processor mirrors them). Where a shape's match must
+# include context that is not secret (the character before it, the name in "password=..."), the
+# secret itself is the group named "secret" and only that group is masked; the collector masks
+# the whole match. Nothing is required after a shape: a key followed by "_" is still masked.
+#
+# Before a shape: distinctive prefixes ("ghp_", "AKIA", "glpat-") match anywhere, glued to any
+# word characters ("token_ghp_...", "idAKIA..."); prefixes that also end ordinary words ("sk-" in
+# "task-", "sk_test_" in "risk_test_") must not follow a letter, but may follow a digit, "_",
+# "-" or anything else ("key_sk-proj-..."). Only a private key's search can read past its match
+# (to find the END line); a key cut short (a truncated value) is still masked from BEGIN on.
+_NOT_AFTER_LETTER: Final = r"(?:^|[^A-Za-z])"
 DEFAULT_SECRET_PATTERNS: Final[tuple[str, ...]] = (
-    r"\bsk-[A-Za-z0-9_-]{16,}",
-    r"\bAKIA[0-9A-Z]{16}",
-    r"\bgh[pousr]_[A-Za-z0-9]{20,}",
-    r"\bgithub_pat_[A-Za-z0-9_]{20,}",
-    r"\bxox[baprs]-[A-Za-z0-9-]{10,}",
-    r"\bAIza[0-9A-Za-z_-]{35}",
-    r"\bBearer\s+[A-Za-z0-9._~+/=-]{20,}",
-    r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----"
-    r"(?:[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----|(?:[A-Za-z0-9+/=\r\n,.-]|: ?)*)",
+    # OpenAI, Anthropic and compatible API keys (sk-..., sk-proj-..., sk-ant-...).
+    _NOT_AFTER_LETTER + r"(?P<secret>sk-[A-Za-z0-9_-]{16,})",
+    # Stripe secret and restricted keys, live and test.
+    _NOT_AFTER_LETTER + r"(?P<secret>[rs]k_(?:live|test)_[A-Za-z0-9]{10,})",
+    # AWS access key ids and the other unique-id prefixes AWS uses (users, roles, groups, ...).
+    r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|APKA|AROA|ASCA)[A-Z0-9]{16}",
+    r"gh[pousr]_[A-Za-z0-9]{20,}",
+    r"github_pat_[A-Za-z0-9_]{20,}",
+    r"glpat-[A-Za-z0-9_-]{20,}",
+    r"xox[a-z]-[A-Za-z0-9-]{10,}",
+    r"xapp-[0-9]+-[A-Za-z0-9-]{10,}",
+    r"hf_[A-Za-z0-9]{30,}",
+    r"npm_[A-Za-z0-9]{30,}",
+    r"pypi-AgE[A-Za-z0-9_-]{20,}",
+    r"AIza[0-9A-Za-z_-]{35}",
+    r"ya29\.[0-9A-Za-z_-]{20,}",
+    r"(?i)bearer\s+[A-Za-z0-9._~+/=-]{20,}",
+    r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
+    # An Authorization header's value, any scheme (Basic, Bearer, Digest, a bare token), as a
+    # header line, a "--header" argument or a JSON member (escaped quotes included).
+    r"(?i)authorization[\\\"']*\s*[:=]\s*[\\\"']*(?P<secret>[^\s\\\"',;]+(?:[ \t]+[^\s\\\"',;]+)?)",
+    # Credentials in URL queries, connection strings and key=value text: the name is kept.
+    r"(?i)(?:api[_-]?key|apikey|token|password|passwd|pwd|secret|accountkey|sharedaccesskey|sig)="
+    r"(?P<secret>[^\s&;\\\"'<>]+)",
+    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
+    r"(?:[\s\S]*?-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|(?:[A-Za-z0-9+/=\\\r\n\t ,.:_-])*)",
 )
 
-# The shortest string any default pattern can match: "xoxb-" plus 10 characters.
-_SHORTEST_DEFAULT_MATCH: Final = 15
+# The shortest string any default pattern can match: "pwd=" plus one character. Only the
+# "name=value" pattern matches below _SHORTEST_WITHOUT_EQUALS ("xoxb-" plus 10 characters), and
+# only with an "=", so shorter strings without one (most ids, names, statuses) skip the scan.
+_SHORTEST_DEFAULT_MATCH: Final = 5
+_SHORTEST_WITHOUT_EQUALS: Final = 15
+# The group a pattern names to mask only part of its match.
+_SECRET_GROUP: Final = "secret"
 # Bound on the memo of already-masked strings; ids and names repeat a lot in one stream.
 _CACHE_LIMIT: Final = 8192
 # Work budget per value: bytes handed to the engine, at most WORK_PER_BYTE * len + _WORK_FLOOR.
@@ -102,12 +131,36 @@ _EMPTY_PROBES: Final = tuple(
 )
 
 
-def _program(source: str) -> Any:
-    program = _re2.RE2(source.encode("utf-8", "surrogatepass"), _OPTIONS)
+def _capturing_options() -> re2.Options:
+    options = _options()
+    options.never_capture = False
+    return options
+
+
+_CAPTURING: Final = _capturing_options()
+
+
+def _program(source: str, *, capture: bool = False) -> Any:
+    program = _re2.RE2(source.encode("utf-8", "surrogatepass"), _CAPTURING if capture else _OPTIONS)
     if not program.ok():
         error = program.error()
         raise ValueError(error.decode("utf-8", "replace") if isinstance(error, bytes) else str(error))
     return program
+
+
+def _secret_group(source: str) -> int:
+    """The number of the group named ``secret`` in ``source`` (0: the whole match is masked)."""
+    program = _program(source, capture=True)
+    for name, number in program.NamedCapturingGroups():
+        if name == _SECRET_GROUP.encode():
+            return int(number)
+    return 0
+
+
+def _compiled(source: str) -> tuple[Any, int]:
+    """The program to run and the group it masks: captures cost only where a group is masked."""
+    group = _secret_group(source)
+    return (_program(source, capture=True) if group else _program(source)), group
 
 
 def _matches_empty(program: Any) -> bool:
@@ -135,7 +188,9 @@ class SecretMasker:
 
     __slots__ = ("_cache", "_min_length", "_prefilter", "_programs", "patterns", "work")
 
-    def __init__(self, programs: Sequence[Any], patterns: tuple[str, ...], prefilter: Any = None) -> None:
+    def __init__(
+        self, programs: Sequence[tuple[Any, int]], patterns: tuple[str, ...], prefilter: Any = None
+    ) -> None:
         self._programs = tuple(programs)
         self.patterns = patterns
         self._prefilter = prefilter
@@ -165,6 +220,8 @@ class SecretMasker:
     def mask(self, text: str) -> str:
         """``text`` with every match replaced by :data:`MASKED_SECRET`, everything else kept."""
         if len(text) < self._min_length:
+            return text
+        if len(text) < _SHORTEST_WITHOUT_EQUALS and not self.patterns and "=" not in text:
             return text
         cached = self._cache.get(text, text)
         if cached is not text:
@@ -234,17 +291,20 @@ class SecretMasker:
             self.work += work
             return []
         spans: list[tuple[int, int]] = []
-        for program in self._programs:
+        for program, group in self._programs:
             pos = 0
             while pos < n:
                 work += n - pos
                 if work > budget:
                     self.work += work
                     return None
-                start, end = program.Match(_UNANCHORED, data, pos, n)[0]
+                found = program.Match(_UNANCHORED, data, pos, n)
+                start, end = found[0]
                 if start < 0 or end <= start:  # empty matches are refused when compiling
                     break
-                spans.append((start, end))
+                secret_start, secret_end = found[group]
+                if secret_end > secret_start:
+                    spans.append((secret_start, secret_end))
                 pos = end
         self.work += work
         return _merge(spans) if spans else spans
@@ -277,7 +337,7 @@ def _byte_to_char_spans(data: bytes, spans: list[tuple[int, int]]) -> list[tuple
 # --- compiling ----------------------------------------------------------------------------------
 
 
-def _host_program(index: int, pattern: object) -> tuple[str, Any]:
+def _host_program(index: int, pattern: object) -> tuple[str, tuple[Any, int]]:
     if not isinstance(pattern, str):
         raise ConfigError(f"patterns[{index}] must be a string, got {type(pattern).__name__}")
     if pattern == "":
@@ -287,7 +347,7 @@ def _host_program(index: int, pattern: object) -> tuple[str, Any]:
     except PatternDialectError as exc:
         raise ConfigError(f"patterns[{index}] ({pattern!r}) is refused: {exc}") from None
     try:
-        program = _program(source)
+        program, group = _compiled(source)
     except ValueError as exc:
         raise ConfigError(
             f"patterns[{index}] is not a valid pattern: {exc} (pattern {pattern!r}; the dialect is "
@@ -298,7 +358,7 @@ def _host_program(index: int, pattern: object) -> tuple[str, Any]:
             f"patterns[{index}] can match the empty string (pattern {pattern!r}): it would splice "
             "the marker between characters; make it consume at least one character everywhere"
         )
-    return source, program
+    return source, (program, group)
 
 
 def compile_secret_masker(patterns: Iterable[str] | None = None) -> SecretMasker:
@@ -336,7 +396,7 @@ def _prefilter(sources: Sequence[str]) -> Any:
 
 
 _DEFAULT_SOURCES: Final = tuple(translate(p) for p in DEFAULT_SECRET_PATTERNS)
-_DEFAULT_PROGRAMS: Final = tuple(_program(s) for s in _DEFAULT_SOURCES)
+_DEFAULT_PROGRAMS: Final = tuple(_compiled(s) for s in _DEFAULT_SOURCES)
 _DEFAULT: Final = compile_secret_masker()
 
 
@@ -360,9 +420,13 @@ def sanitize_and_mask(text: str, masker: SecretMasker | None = None) -> str:
     return (masker or _DEFAULT).clean(text)
 
 
-# A URL's userinfo: scheme, "://", then everything up to "@" that cannot be part of a host.
-# Both runs are bounded, so each start costs a bounded scan: linear in the text.
-_USERINFO: Final = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]{0,31}://)[^/?#\s@\[\]]{1,512}@")
+# A URL's userinfo: scheme, "://", then everything up to the last "@" before the host (a
+# password may hold "@"), of any length. The run stops at "/", "?", "#", whitespace or a bracket,
+# so the runs after two "://" never overlap and each is scanned a bounded number of times: linear.
+# No boundary before the scheme: "key_postgres://..." is a URL glued to a word.
+_USERINFO: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]{0,31}://)[^/?#\s\[\]]*@")
+# A URL's query and fragment: their values are the host's business, never shown.
+_QUERY: Final = re.compile(r"[?#]\S*")
 REDACTED_USERINFO: Final = "[redacted]"
 
 
@@ -374,8 +438,9 @@ def redact_userinfo(text: str) -> str:
 
 
 def redact_url(url: str, masker: SecretMasker | None = None) -> str:
-    """An endpoint as it may be printed: userinfo redacted, then sanitized and masked."""
-    return (masker or _DEFAULT).clean(redact_userinfo(url))
+    """An endpoint as it may be printed: userinfo and query redacted, then sanitized and masked."""
+    shown = _QUERY.sub(f"?{REDACTED_USERINFO}", redact_userinfo(url), count=1)
+    return (masker or _DEFAULT).clean(shown)
 
 
 def map_strings(value: _T, fn: Callable[[str], str]) -> _T:

@@ -35,10 +35,11 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from rulvar_otel.core.masking import redact_url
+from rulvar_otel.core.masking import compile_secret_masker, redact_url
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.export._options import ExportOptions
 from rulvar_otel.export._settings import read_headers, read_millis, resolve_protocol
+from rulvar_otel.otel._resource import compose_resource, mask_resource
 from rulvar_otel.otel.semconv import (
     DEFAULT_SERVICE_NAME,
     INSTRUMENTATION_SCOPE,
@@ -290,7 +291,9 @@ def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = Non
     """
     _validate(setup)
     resource = _with_instance_id(
-        resource if resource is not None else Resource.create({SERVICE_NAME: setup.service_name})
+        mask_resource(resource)
+        if resource is not None
+        else compose_resource({SERVICE_NAME: setup.service_name})
     )
     readers: list[MetricReader] = []
     tracked: _TrackedMetricExporter | None = None
@@ -370,4 +373,5 @@ def build_metrics_delivery(
         prometheus_linger_s=options.prometheus_linger_s,
         service_name=service_name,
     )
-    return build_meter_provider(setup)
+    masker = compile_secret_masker(options.patterns) if options.patterns else None
+    return build_meter_provider(setup, resource=compose_resource({SERVICE_NAME: service_name}, masker))

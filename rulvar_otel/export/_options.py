@@ -16,8 +16,8 @@ from typing import Final
 from opentelemetry.context import Context
 
 from rulvar_otel.core.masking import compile_secret_masker
-from rulvar_otel.errors import ConfigError
-from rulvar_otel.export._settings import PROTOCOLS, check_endpoint
+from rulvar_otel.errors import ConfigError, InvalidHeaderError
+from rulvar_otel.export._settings import PROTOCOLS, check_endpoint, check_header
 from rulvar_otel.otel._parentage import PARENT_MODES, Parentage
 
 __all__ = ["DEFAULT_PROMETHEUS_HOST", "ExportOptions", "parse_header"]
@@ -30,12 +30,20 @@ MAX_LINGER_S: Final = 3600.0
 
 
 def parse_header(text: str) -> tuple[str, str]:
-    """``"K=V"`` -> ``("k", "V")``; header names are case-insensitive (gRPC wants lowercase)."""
+    """``"K=V"`` -> ``("k", "V")``; header names are case-insensitive (gRPC wants lowercase).
+
+    :class:`~rulvar_otel.errors.InvalidHeaderError` for text without ``=``, or a name or value
+    no transport can send; the message never quotes the value.
+    """
     key, sep, value = text.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise ConfigError(f"header {text.split('=', 1)[0]!r} must be given as KEY=VALUE")
-    return key.lower(), value.strip()
+    if not sep:
+        raise InvalidHeaderError(
+            "header must be given as KEY=VALUE (this one has no '='; it is not shown)", ""
+        )
+    if not key.strip():
+        raise InvalidHeaderError("header must be given as KEY=VALUE (the name is empty)", "")
+    value = value.strip()
+    return check_header(key, value), value
 
 
 def _positive_seconds(name: str, value: float | None, *, zero_ok: bool = False) -> None:
@@ -111,7 +119,7 @@ class ExportOptions:
         for key, value in self.headers.items():
             if not isinstance(key, str) or not key.strip() or not isinstance(value, str):
                 raise ConfigError("headers must map non-empty names to string values")
-            normalized[key.strip().lower()] = value
+            normalized[check_header(key, value)] = value
         object.__setattr__(self, "headers", normalized)
         object.__setattr__(self, "patterns", tuple(self.patterns))
         if self.patterns:

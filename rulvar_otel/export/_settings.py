@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from opentelemetry.util.re import parse_env_headers
 
 from rulvar_otel.core.masking import redact_url
-from rulvar_otel.errors import ConfigError
+from rulvar_otel.errors import ConfigError, InvalidHeaderError
 
 __all__ = [
     "PROTOCOLS",
@@ -28,6 +28,7 @@ __all__ = [
     "SettingKind",
     "Signal",
     "check_endpoint",
+    "check_header",
     "env_value",
     "read_headers",
     "read_int",
@@ -167,12 +168,47 @@ def read_millis(environ: Mapping[str, str], *names: str) -> float | None:
     return millis / 1000.0
 
 
+# What both transports can send: a gRPC metadata key (lowercase letters, digits, "-", "_", ".";
+# also a valid HTTP field name) and a value of visible ASCII, spaces and tabs.
+_HEADER_NAME: Final = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
+_HEADER_VALUE: Final = frozenset(chr(c) for c in range(0x20, 0x7F)) | {"\t"}
+
+
+def check_header(name: str, value: str, origin: str = "header") -> str:
+    """``name`` lowercased, or :class:`InvalidHeaderError` when either part cannot be sent.
+
+    The message shows the name only up to its first refused character and never the value:
+    ``--header "authorization: Bearer ..."`` has no ``=`` before its token.
+    """
+    lowered = name.strip().lower()
+    for index, char in enumerate(lowered):
+        if char not in _HEADER_NAME:
+            shown = lowered[:index]
+            raise InvalidHeaderError(
+                f"{origin} name {shown!r} is followed by a character a header name cannot hold "
+                f"(position {index + 1}; names are letters, digits, '-', '_' and '.'; the rest "
+                "is not shown)",
+                shown,
+            )
+    if not lowered:
+        raise InvalidHeaderError(f"{origin} has an empty name", "")
+    if lowered.endswith("-bin"):
+        return lowered  # gRPC sends binary values base64-encoded
+    if any(char not in _HEADER_VALUE for char in value):
+        raise InvalidHeaderError(
+            f"{origin} {lowered!r} has a value with a control or non-ASCII character (not shown)",
+            lowered,
+        )
+    return lowered
+
+
 def read_headers(environ: Mapping[str, str], signal: Signal) -> dict[str, str]:
-    """Headers from the signal's variable, else the shared one; names lowercased."""
+    """Headers from the signal's variable, else the shared one; names lowercased and checked."""
     found = env_value(environ, f"OTEL_EXPORTER_OTLP_{signal}_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS")
     if found is None:
         return {}
-    return {k.lower(): v for k, v in parse_env_headers(found[1], liberal=True).items()}
+    headers = parse_env_headers(found[1], liberal=True)
+    return {check_header(k, v, f"a header in {found[0]}"): v for k, v in headers.items()}
 
 
 def check_endpoint(url: str, origin: str) -> None:

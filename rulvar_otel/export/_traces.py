@@ -33,7 +33,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import Tracer
 
-from rulvar_otel.core.masking import redact_url
+from rulvar_otel.core.masking import SecretMasker, compile_secret_masker, default_masker, redact_url
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.export._batching import BlockingBatchSpanProcessor
 from rulvar_otel.export._options import ExportOptions
@@ -48,6 +48,7 @@ from rulvar_otel.export._settings import (
     resolve_protocol,
 )
 from rulvar_otel.otel import semconv
+from rulvar_otel.otel._resource import compose_resource
 from rulvar_otel.otel.ids import RulvarIdGenerator
 
 __all__ = [
@@ -160,6 +161,10 @@ def resolve_otlp_target(
         headers=headers,
         timeout_s=timeout if timeout is not None else DEFAULT_EXPORT_TIMEOUT_S,
     )
+
+
+def _masker(options: ExportOptions) -> SecretMasker:
+    return compile_secret_masker(options.patterns) if options.patterns else default_masker()
 
 
 def resolve_service_name(options: ExportOptions, environ: Mapping[str, str] | None = None) -> str:
@@ -427,7 +432,7 @@ def resolve_destinations(
         otlp,
         tuple(exporters),
         tuple(files),
-        Resource.create(attributes),
+        compose_resource(attributes, _masker(options)),
         limits,
         name_limit,
         queue,

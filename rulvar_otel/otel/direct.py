@@ -40,6 +40,7 @@ from rulvar_otel.otel._encode import BatchHeader, EncodedBatch
 from rulvar_otel.otel._mapper import SpanMapper
 from rulvar_otel.otel._parentage import NO_PARENT, Parentage
 from rulvar_otel.otel._records import RecordingTracer, SpanRecord
+from rulvar_otel.otel._resource import compose_resource, mask_resource
 
 __all__ = [
     "DEFAULT_MAX_BATCH",
@@ -83,9 +84,9 @@ class DirectSpanSink:
         keep: int = 0,
     ) -> None:
         self.header = BatchHeader(
-            resource
+            mask_resource(resource)
             if resource is not None
-            else Resource.create({SERVICE_NAME: semconv.DEFAULT_SERVICE_NAME}),
+            else compose_resource({SERVICE_NAME: semconv.DEFAULT_SERVICE_NAME}),
             scope if scope is not None else DEFAULT_SCOPE,
         )
         self._exporters = tuple(exporters)

@@ -48,6 +48,7 @@ from opentelemetry.trace import SpanContext
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
 from rulvar_otel.otel import semconv
+from rulvar_otel.otel._resource import compose_resource, mask_resource
 from rulvar_otel.otel.metrics import _MAX_ATTRIBUTE_CHARS, SpanSource
 from rulvar_otel.otel.metrics._folds import PAIRED_TYPES
 from rulvar_otel.otel.metrics.registry import (
@@ -152,8 +153,8 @@ class MetricsAggregator:
         self._masker = masker if masker is not None else compile_secret_masker()
         self._lock = threading.Lock()  # a reader collects from its own thread
         if resource is None:
-            resource = Resource.create({SERVICE_NAME: semconv.DEFAULT_SERVICE_NAME})
-        self.resource = resource
+            resource = compose_resource({SERVICE_NAME: semconv.DEFAULT_SERVICE_NAME}, self._masker)
+        self.resource = mask_resource(resource, self._masker)
         self.scope = scope if scope is not None else InstrumentationScope(semconv.INSTRUMENTATION_SCOPE)
         self._series = [_series(entry) for entry in REGISTRY]
         by_type: dict[str, list[_Series]] = {}

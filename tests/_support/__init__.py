@@ -19,6 +19,9 @@ A deterministic bundled engine (``_engine``)
     ``event_tokens``.
 Reference engine scenarios (``_engine_scenarios``)
     ``ENGINE_SCENARIOS`` (corpus stream name -> scenario builder), ``suspension_flow``.
+A credential corpus (``_credentials``)
+    ``CREDENTIALS`` (one fake sample of every masked shape, each holding ``MARK``), ``Credential``,
+    ``credential``, ``credential_kinds``.
 A fake OpenAI-compatible server (``_openai_server``)
     ``FakeProvider``, ``SseChunks``, ``chat_completion``, ``make_openai_engine``, ``weather``,
     ``FAKE_API_KEY``.
@@ -62,6 +65,7 @@ from tests._support._corpus import (
     reference_span_count,
     stream_names,
 )
+from tests._support._credentials import CREDENTIALS, MARK, Credential, credential, credential_kinds
 from tests._support._dashboards import (
     ALERTS,
     ALERTS_TEST,
@@ -177,6 +181,11 @@ from tests._support._sse_server import (
 )
 
 __all__ = [
+    "CREDENTIALS",
+    "MARK",
+    "Credential",
+    "credential",
+    "credential_kinds",
     "reference_span_count",
     "require_tool",
     "FAKE_API_KEY",
