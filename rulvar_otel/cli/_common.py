@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -304,7 +305,20 @@ def options_from_cli(
         raise ConfigError(_flagged(str(exc))) from None
     # Every line the command prints (its own, the progress view, library logs) uses this masker.
     set_output_masker(compile_secret_masker(export.patterns) if export.patterns else None)
+    if out is not None and _is_stdout(out):
+        # The spans go to stdout itself (`--out /dev/stdout`): the tree there would corrupt them.
+        if tree:
+            raise ConfigError(f"--tree prints on stdout, which --out {out} already writes the spans to")
+        tree = False
     return CommandOptions(export=export, progress=progress, tree=tree)
+
+
+def _is_stdout(path: Path) -> bool:
+    try:
+        written, stdout = path.stat(), os.fstat(1)
+    except OSError:
+        return False
+    return (written.st_dev, written.st_ino) == (stdout.st_dev, stdout.st_ino)
 
 
 def open_metrics(command: CommandOptions) -> MetricsPipeline | None:
