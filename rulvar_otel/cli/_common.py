@@ -46,6 +46,7 @@ from rulvar_otel.export import (
     resolve_service_name,
 )
 from rulvar_otel.masking import compile_secret_masker, set_output_masker
+from rulvar_otel.otel.semconv import DEFAULT_METRIC_CARDINALITY_LIMIT
 
 __all__ = [
     "EXIT_EXPORT_FAILED",
@@ -195,6 +196,16 @@ PrometheusLingerOption = Annotated[
         help="Keep the Prometheus endpoint up this long after the export, so a scrape can happen.",
     ),
 ]
+MetricCardinalityOption = Annotated[
+    int,
+    typer.Option(
+        "--metric-cardinality-limit",
+        metavar="N",
+        min=1,
+        help="Attribute sets each metric instrument keeps (default 2000, as the OpenTelemetry SDK); "
+        "past it, new ones add up in one otel.metric.overflow=true series.",
+    ),
+]
 PipelineOption = Annotated[
     str,
     typer.Option(
@@ -224,6 +235,7 @@ _SHARED_OPTIONS: Final[tuple[tuple[str, Any, Any], ...]] = (
     ("prometheus_port", PrometheusPortOption, None),
     ("prometheus_host", PrometheusHostOption, DEFAULT_PROMETHEUS_HOST),
     ("prometheus_linger", PrometheusLingerOption, 0.0),
+    ("metric_cardinality_limit", MetricCardinalityOption, DEFAULT_METRIC_CARDINALITY_LIMIT),
     ("pipeline", PipelineOption, "direct"),
 )
 
@@ -277,6 +289,7 @@ def options_from_cli(
     prometheus_port: int | None = None,
     prometheus_host: str = DEFAULT_PROMETHEUS_HOST,
     prometheus_linger: float = 0.0,
+    metric_cardinality_limit: int = DEFAULT_METRIC_CARDINALITY_LIMIT,
     pipeline: str = "direct",
 ) -> CommandOptions:
     """Raw option values to :class:`CommandOptions`; :class:`ConfigError` names a bad flag."""
@@ -299,6 +312,7 @@ def options_from_cli(
             prometheus_port=prometheus_port,
             prometheus_host=prometheus_host,
             prometheus_linger_s=prometheus_linger,
+            metric_cardinality_limit=metric_cardinality_limit,
             pipeline=pipeline,
         )
     except ConfigError as exc:

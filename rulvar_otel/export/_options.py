@@ -16,6 +16,7 @@ from typing import Final
 from rulvar_otel.core.masking import compile_secret_masker
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.export._settings import PROTOCOLS, check_endpoint
+from rulvar_otel.otel.semconv import DEFAULT_METRIC_CARDINALITY_LIMIT
 
 __all__ = ["DEFAULT_PROMETHEUS_HOST", "ExportOptions", "parse_header"]
 
@@ -59,7 +60,9 @@ class ExportOptions:
     metrics aggregated for the readers) or ``"sdk"`` (a TracerProvider and SDK instruments); the
     two export the same content.
     Metrics (opt-in): ``metrics_endpoint`` pushes OTLP; ``prometheus_port`` serves ``/metrics``
-    on ``prometheus_host`` (0 picks a free port), kept up ``prometheus_linger_s`` after the run.
+    on ``prometheus_host`` (0 picks a free port), kept up ``prometheus_linger_s`` after the run;
+    ``metric_cardinality_limit`` attribute sets per instrument (default 2000, as the SDK's), past
+    which new sets add up in one ``otel.metric.overflow=true`` series, on both pipelines.
     """
 
     endpoint: str | None = None
@@ -77,6 +80,7 @@ class ExportOptions:
     prometheus_port: int | None = None
     prometheus_host: str = DEFAULT_PROMETHEUS_HOST
     prometheus_linger_s: float = 0.0
+    metric_cardinality_limit: int = DEFAULT_METRIC_CARDINALITY_LIMIT
 
     def __post_init__(self) -> None:
         if self.pipeline not in PIPELINES:
@@ -89,6 +93,9 @@ class ExportOptions:
             check_endpoint(self.metrics_endpoint.strip(), "metrics endpoint")
         _positive_seconds("export timeout", self.export_timeout_s)
         _positive_seconds("Prometheus linger", self.prometheus_linger_s, zero_ok=True)
+        limit = self.metric_cardinality_limit
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigError(f"metric cardinality limit must be a whole number >= 1 (got {limit!r})")
         if self.prometheus_linger_s > MAX_LINGER_S:
             raise ConfigError(f"Prometheus linger must be at most {MAX_LINGER_S:g} seconds")
         if self.prometheus_port is not None and not (0 <= self.prometheus_port <= 65535):
