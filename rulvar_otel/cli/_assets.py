@@ -154,16 +154,37 @@ class WriteReport:
     written: tuple[str, ...]
     unchanged: tuple[str, ...]
     conflicts: tuple[str, ...]  # files that differ and were left alone (no --force)
+    # Paths in the way that are never replaced, even with --force (a file where a directory
+    # must be, a directory where a file must be): any of them, and nothing is written.
+    blocked: tuple[Path, ...] = ()
+
+
+def _obstacle(directory: Path, target: Path) -> Path | None:
+    """What stands where ``target`` (or a directory on the way to it) must go, if anything."""
+    relative = target.relative_to(directory)
+    for depth in range(len(relative.parts)):
+        ancestor = directory.joinpath(*relative.parts[:depth])
+        if (ancestor.exists() or ancestor.is_symlink()) and not ancestor.is_dir():
+            return ancestor
+    if (target.exists() or target.is_symlink()) and not target.is_file():
+        return target
+    return None
 
 
 def write_assets(assets: Iterable[Asset], directory: Path, *, force: bool = False) -> WriteReport:
-    """Write ``assets`` under ``directory``; without ``force`` nothing is written on a conflict."""
+    """Write ``assets`` under ``directory``; nothing is written on a conflict (without ``force``)
+    or when anything is in the way (:attr:`WriteReport.blocked`): every target is checked first."""
     plan: list[tuple[Asset, Path, bytes]] = []
     unchanged: list[str] = []
     conflicts: list[str] = []
+    blocked: dict[Path, None] = {}
     for asset in assets:
         target = directory.joinpath(*PurePosixPath(asset.path).parts)
         data = asset.read_bytes()
+        obstacle = _obstacle(directory, target)
+        if obstacle is not None:
+            blocked.setdefault(obstacle)
+            continue
         if target.is_file():
             if target.read_bytes() == data:
                 unchanged.append(asset.path)
@@ -171,12 +192,9 @@ def write_assets(assets: Iterable[Asset], directory: Path, *, force: bool = Fals
             if not force:
                 conflicts.append(asset.path)
                 continue
-        elif target.exists():
-            conflicts.append(asset.path)  # a directory (or other non-file) in the way: never replaced
-            continue
         plan.append((asset, target, data))
-    if conflicts and not force:
-        return WriteReport((), tuple(unchanged), tuple(conflicts))
+    if blocked or (conflicts and not force):
+        return WriteReport((), tuple(unchanged), tuple(conflicts), tuple(blocked))
     written: list[str] = []
     for asset, target, data in plan:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -239,6 +257,16 @@ def write_command(
     except OSError as exc:
         say(f"error: cannot write under {directory}: {exc.strerror or exc}")
         raise typer.Exit(EXIT_CONFLICT) from None
+    if report.blocked:
+        for obstacle in report.blocked:
+            kind = (
+                "a directory where a file must go"
+                if obstacle.is_dir()
+                else "not a directory; files go under it"
+            )
+            say(f"{obstacle} is in the way: {kind} (never replaced)")
+        say(f"error: wrote nothing: {plural(len(report.blocked), 'path')} in the way")
+        raise typer.Exit(EXIT_CONFLICT)
     if report.conflicts and not force:
         for path in report.conflicts:
             say(f"{directory / path} differs from the shipped file")

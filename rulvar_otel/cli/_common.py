@@ -49,6 +49,7 @@ from rulvar_otel.export import (
     resolve_service_name,
 )
 from rulvar_otel.masking import compile_secret_masker, set_output_masker
+from rulvar_otel.otel.semconv import DEFAULT_METRIC_CARDINALITY_LIMIT
 
 __all__ = [
     "EXIT_EXPORT_FAILED",
@@ -198,6 +199,16 @@ PrometheusLingerOption = Annotated[
         help="Keep the Prometheus endpoint up this long after the export, so a scrape can happen.",
     ),
 ]
+MetricCardinalityOption = Annotated[
+    int,
+    typer.Option(
+        "--metric-cardinality-limit",
+        metavar="N",
+        min=1,
+        help="Attribute sets each metric instrument keeps (default 2000, as the OpenTelemetry SDK); "
+        "past it, new ones add up in one otel.metric.overflow=true series.",
+    ),
+]
 PipelineOption = Annotated[
     str,
     typer.Option(
@@ -244,6 +255,7 @@ _SHARED_OPTIONS: Final[tuple[tuple[str, Any, Any], ...]] = (
     ("prometheus_port", PrometheusPortOption, None),
     ("prometheus_host", PrometheusHostOption, DEFAULT_PROMETHEUS_HOST),
     ("prometheus_linger", PrometheusLingerOption, 0.0),
+    ("metric_cardinality_limit", MetricCardinalityOption, DEFAULT_METRIC_CARDINALITY_LIMIT),
     ("pipeline", PipelineOption, "direct"),
     ("traceparent", TraceparentOption, None),
     ("parent", ParentOption, "ambient"),
@@ -325,6 +337,7 @@ def options_from_cli(
     prometheus_port: int | None = None,
     prometheus_host: str = DEFAULT_PROMETHEUS_HOST,
     prometheus_linger: float = 0.0,
+    metric_cardinality_limit: int = DEFAULT_METRIC_CARDINALITY_LIMIT,
     pipeline: str = "direct",
     traceparent: str | None = None,
     parent: str = "ambient",
@@ -350,6 +363,7 @@ def options_from_cli(
             prometheus_port=prometheus_port,
             prometheus_host=prometheus_host,
             prometheus_linger_s=prometheus_linger,
+            metric_cardinality_limit=metric_cardinality_limit,
             pipeline=pipeline,
             parent=parentage,
         )
@@ -363,7 +377,20 @@ def options_from_cli(
     literals = configured_secret_patterns(export)
     patterns = (*export.patterns, *literals)
     set_output_masker(compile_secret_masker(patterns) if patterns else None)
+    if out is not None and _is_stdout(out):
+        # The spans go to stdout itself (`--out /dev/stdout`): the tree there would corrupt them.
+        if tree:
+            raise ConfigError(f"--tree prints on stdout, which --out {out} already writes the spans to")
+        tree = False
     return CommandOptions(export=export, progress=progress, tree=tree)
+
+
+def _is_stdout(path: Path) -> bool:
+    try:
+        written, stdout = path.stat(), os.fstat(1)
+    except OSError:
+        return False
+    return (written.st_dev, written.st_ino) == (stdout.st_dev, stdout.st_ino)
 
 
 def open_metrics(command: CommandOptions) -> MetricsPipeline | None:

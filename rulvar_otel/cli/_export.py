@@ -84,8 +84,7 @@ def export_command(
     try:
         settled = load_outcome(outcome) if outcome is not None else None
         _check_stdin(stream)
-        if stream != STDIN:
-            check_output_is_not_input(options.export, stream)
+        check_output_is_not_input(options.export, 0 if stream == STDIN else stream)
     except ConfigError as exc:
         say(f"error: {exc}")
         raise typer.Exit(EXIT_USAGE) from None

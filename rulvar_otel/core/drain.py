@@ -12,11 +12,13 @@ one failing sink never costs the others an event.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
+from rulvar_otel.core.events import EventModel
 from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome, outcome_from_run_end
 from rulvar_otel.core.wire import RUN_END, as_wire
 
@@ -26,6 +28,8 @@ _log = logging.getLogger("rulvar_otel")
 
 Outcome = RunOutcome | BaseException | None
 _R = TypeVar("_R")
+# What stops a drain before the run settles: the sinks end what they started, then it propagates.
+_INTERRUPTS: tuple[type[BaseException], ...] = (asyncio.CancelledError, KeyboardInterrupt)
 
 
 @runtime_checkable
@@ -111,6 +115,19 @@ class FoldSink(Generic[_R]):
         return self.result
 
 
+def _snapshot(event: EventLike) -> Mapping[str, Any]:
+    """The event's wire form as it is now, owned by the drain.
+
+    Sinks keep events past ``feed`` (metrics batches, agents waiting for their end, events
+    waiting for a first usable ``ts``), and a host may hand over one dict it refills for every
+    event: the top level is copied as it is read (nested values are not, for speed).
+    """
+    if type(event) is dict:  # parsed JSON: skip the Mapping ABC check on the hot path
+        return event.copy()
+    wire = as_wire(event)
+    return wire if isinstance(event, EventModel) else dict(wire)
+
+
 def _finish(sink: Sink, outcome: RunOutcome | BaseException) -> None:
     try:
         sink.finish(outcome)
@@ -123,14 +140,25 @@ async def drain(handle: RunHandle, *sinks: Sink) -> Drained:
 
     Never raises for a broken source or a rejecting result: the stream ends where the source
     failed (``source_error``), and a rejection is the outcome the sinks are finished with.
+    Cancelled (or interrupted) before the run settled, it finishes the sinks with the
+    ``CancelledError`` as the outcome, so what they had started ends unsettled, and re-raises it.
     """
+    try:
+        return await _drain(handle, sinks)
+    except _INTERRUPTS as stop:
+        for sink in sinks:
+            _finish(sink, stop)
+        raise
+
+
+async def _drain(handle: RunHandle, sinks: tuple[Sink, ...]) -> Drained:
     feeds = tuple(sink.feed for sink in sinks)
     count = 0
     last_run_end: Mapping[str, Any] | None = None
     source_error: Exception | None = None
     try:
         async for event in handle.events:
-            wire = event if type(event) is dict else as_wire(event)
+            wire = _snapshot(event)
             count += 1
             if wire.get("type") == RUN_END:
                 last_run_end = wire
@@ -164,8 +192,7 @@ def drain_events(events: Iterable[EventLike], *sinks: Sink, outcome: Outcome = N
     source_error: Exception | None = None
     try:
         for event in events:
-            # Parsed JSON is a plain dict: skip the Mapping ABC check on the hot path.
-            wire = event if type(event) is dict else as_wire(event)
+            wire = _snapshot(event)
             count += 1
             if wire.get("type") == RUN_END:
                 last_run_end = wire

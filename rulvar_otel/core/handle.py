@@ -65,7 +65,7 @@ class RunHandle(Protocol):
 
 
 def event_field(event: EventLike, wire_name: str) -> Any:
-    """Read one wire-named field from either event form (None when absent)."""
+    """Read one wire-named field from either event form (None when absent, or for a non-event)."""
     if isinstance(event, EventModel):
         # The envelope fields are plain attributes: no need to dump the whole model for them.
         if wire_name == "type":
@@ -73,7 +73,8 @@ def event_field(event: EventLike, wire_name: str) -> Any:
         if wire_name == "runId":
             return event.run_id
         return event_to_wire(event).get(wire_name)
-    return event.get(wire_name)
+    # A host's stream may carry anything: what is neither form has no fields (drain skips it).
+    return event.get(wire_name) if isinstance(event, Mapping) else None
 
 
 def outcome_from_json(data: Mapping[str, Any]) -> RunOutcome | RunRejectedError:
@@ -165,7 +166,9 @@ class RecordedRunHandle:
             if isinstance(rid, str):
                 self._run_id = rid
         kind = event_field(event, "type")
-        if kind == "run:end":
+        if not isinstance(kind, str):
+            kind = None  # junk (42, None, an unhashable type): kept in the stream for drain to skip
+        elif kind == "run:end":
             self._last_run_end = event if isinstance(event, Mapping) else event_to_wire(event)
         for cb in (*self._listeners.get(kind, ()), *self._listeners.get("*", ())):  # type: ignore[arg-type]
             try:

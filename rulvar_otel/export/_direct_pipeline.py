@@ -112,7 +112,9 @@ def direct_pipeline(
     )
     per_run: Any = None
     if metrics is not None and metrics.readers:
-        aggregator = MetricsAggregator(masker, resource=metrics.resource)
+        aggregator = MetricsAggregator(
+            masker, resource=metrics.resource, cardinality_limit=metrics.cardinality_limit
+        )
         for reader in metrics.readers:
             attach_reader(reader, aggregator)
         per_run = aggregator.run

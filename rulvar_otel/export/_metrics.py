@@ -22,7 +22,7 @@ from wsgiref.simple_server import WSGIServer
 
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import Meter
-from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics import Counter, Histogram, MeterProvider, UpDownCounter
 from opentelemetry.sdk.metrics.export import (
     MetricExporter,
     MetricExportResult,
@@ -41,6 +41,7 @@ from rulvar_otel.export._options import ExportOptions
 from rulvar_otel.export._settings import read_headers, read_millis, resolve_protocol
 from rulvar_otel.otel._resource import compose_resource, mask_resource
 from rulvar_otel.otel.semconv import (
+    DEFAULT_METRIC_CARDINALITY_LIMIT,
     DEFAULT_SERVICE_NAME,
     INSTRUMENTATION_SCOPE,
     INSTRUMENTATION_VERSION,
@@ -67,7 +68,8 @@ class MetricsSetup:
     free port; the chosen one is :attr:`MetricsPipeline.prometheus_port`; ``0.0.0.0`` or ``::``
     lets a container or another machine scrape it). ``prometheus_linger_s`` keeps that endpoint
     up so long after the export, at its final values, before shutdown closes it: at least one
-    scrape interval of the scraper, so a one-shot export is seen.
+    scrape interval of the scraper, so a one-shot export is seen. ``cardinality_limit``: the
+    attribute sets each instrument keeps before its ``otel.metric.overflow`` series.
     """
 
     otlp_endpoint: str | None = None
@@ -79,6 +81,7 @@ class MetricsSetup:
     prometheus_host: str = "127.0.0.1"
     prometheus_linger_s: float = 0.0
     service_name: str = DEFAULT_SERVICE_NAME
+    cardinality_limit: int = DEFAULT_METRIC_CARDINALITY_LIMIT
 
 
 class _ScrapeCounter(Collector):
@@ -166,6 +169,7 @@ class MetricsPipeline:
     # The readers on the provider (the direct path points them at its own aggregates).
     readers: tuple[MetricReader, ...] = ()
     resource: Resource | None = None
+    cardinality_limit: int = DEFAULT_METRIC_CARDINALITY_LIMIT
 
     @property
     def meter(self) -> Meter:
@@ -238,6 +242,8 @@ def _validate(setup: MetricsSetup) -> None:
         raise ConfigError(f"Prometheus port {setup.prometheus_port!r} is not in 0..65535")
     if not isinstance(setup.prometheus_host, str) or not setup.prometheus_host.strip():
         raise ConfigError(f"Prometheus host {setup.prometheus_host!r} is not a host name or address")
+    if not isinstance(setup.cardinality_limit, int) or setup.cardinality_limit < 1:
+        raise ConfigError(f"metric cardinality limit {setup.cardinality_limit!r} is not a whole number >= 1")
     if not 0 <= setup.prometheus_linger_s <= MAX_LINGER_S:
         raise ConfigError(
             f"Prometheus linger {setup.prometheus_linger_s!r} s is not in [0, {MAX_LINGER_S:g}]"
@@ -277,6 +283,11 @@ def _with_instance_id(resource: Resource) -> Resource:
     return resource.merge(Resource({SERVICE_INSTANCE_ID: str(uuid.uuid4())}))
 
 
+def _limits(setup: MetricsSetup) -> dict[type, int]:
+    """One label-set limit for every instrument class (the direct aggregator applies the same)."""
+    return dict.fromkeys((Counter, UpDownCounter, Histogram), setup.cardinality_limit)
+
+
 def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = None) -> MetricsPipeline:
     """Build a MeterProvider for ``setup`` (raises :class:`ConfigError` on a bad option).
 
@@ -305,6 +316,7 @@ def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = Non
                 tracked,
                 export_interval_millis=setup.export_interval_s * 1000,
                 export_timeout_millis=setup.timeout_s * 1000,
+                cardinality_limits=_limits(setup),
             )
         )
     server: Any = None
@@ -317,7 +329,9 @@ def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = Non
         registry.register(scrapes)
         readers.append(
             PrometheusMetricReader(
-                registry=registry, resource_attribute_filter=lambda key: key == SERVICE_INSTANCE_ID
+                registry=registry,
+                resource_attribute_filter=lambda key: key == SERVICE_INSTANCE_ID,
+                cardinality_limits=_limits(setup),
             )
         )
         try:
@@ -343,6 +357,7 @@ def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = Non
         tracked,
         readers=tuple(readers),
         resource=resource,
+        cardinality_limit=setup.cardinality_limit,
     )
 
 
@@ -372,6 +387,7 @@ def build_metrics_delivery(
         prometheus_host=options.prometheus_host,
         prometheus_linger_s=options.prometheus_linger_s,
         service_name=service_name,
+        cardinality_limit=options.metric_cardinality_limit,
     )
     masker = compile_secret_masker(options.patterns) if options.patterns else None
     return build_meter_provider(setup, resource=compose_resource({SERVICE_NAME: service_name}, masker))

@@ -19,6 +19,7 @@ from rulvar_otel.core.masking import compile_secret_masker
 from rulvar_otel.errors import ConfigError, InvalidHeaderError
 from rulvar_otel.export._settings import PROTOCOLS, check_endpoint, check_header
 from rulvar_otel.otel._parentage import PARENT_MODES, Parentage
+from rulvar_otel.otel.semconv import DEFAULT_METRIC_CARDINALITY_LIMIT
 
 __all__ = ["DEFAULT_PROMETHEUS_HOST", "ExportOptions", "parse_header"]
 
@@ -70,7 +71,9 @@ class ExportOptions:
     metrics aggregated for the readers) or ``"sdk"`` (a TracerProvider and SDK instruments); the
     two export the same content.
     Metrics (opt-in): ``metrics_endpoint`` pushes OTLP; ``prometheus_port`` serves ``/metrics``
-    on ``prometheus_host`` (0 picks a free port), kept up ``prometheus_linger_s`` after the run.
+    on ``prometheus_host`` (0 picks a free port), kept up ``prometheus_linger_s`` after the run;
+    ``metric_cardinality_limit`` attribute sets per instrument (default 2000, as the SDK's), past
+    which new sets add up in one ``otel.metric.overflow=true`` series, on both pipelines.
     Parentage: ``parent`` is ``"ambient"`` (the default: each run's root span is a child of the
     caller's span, the current context's or the one the engine captured at ``engine.run``),
     ``"link"``, ``"none"`` or an OpenTelemetry ``Context`` (docs/otel-mapping.md#parentage).
@@ -93,6 +96,7 @@ class ExportOptions:
     prometheus_linger_s: float = 0.0
     # A mode or a Context; export_run resolves it once (to a Parentage) before the pipeline opens.
     parent: str | Context | Parentage = "ambient"
+    metric_cardinality_limit: int = DEFAULT_METRIC_CARDINALITY_LIMIT
 
     def __post_init__(self) -> None:
         if not isinstance(self.parent, Context | Parentage) and self.parent not in PARENT_MODES:
@@ -109,6 +113,9 @@ class ExportOptions:
             check_endpoint(self.metrics_endpoint.strip(), "metrics endpoint")
         _positive_seconds("export timeout", self.export_timeout_s)
         _positive_seconds("Prometheus linger", self.prometheus_linger_s, zero_ok=True)
+        limit = self.metric_cardinality_limit
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigError(f"metric cardinality limit must be a whole number >= 1 (got {limit!r})")
         if self.prometheus_linger_s > MAX_LINGER_S:
             raise ConfigError(f"Prometheus linger must be at most {MAX_LINGER_S:g} seconds")
         if self.prometheus_port is not None and not (0 <= self.prometheus_port <= 65535):

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import os
-import stat
-import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -26,7 +23,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from rulvar_otel.errors import ConfigError
+from rulvar_otel.export._output_file import OpenedOutput, open_output
 from rulvar_otel.otel._encode import EncodedBatch
 
 __all__ = [
@@ -105,23 +102,19 @@ class OtlpJsonFileExporter(SpanExporter):
     truncated when the exporter is built, so an unwritable path fails at once with
     :class:`ConfigError`. With ``atomic=True`` the lines go to a temporary file beside the path
     instead, and :meth:`commit` renames it into place (:meth:`discard` removes it): a failed
-    export never touches an earlier file at the path.
+    export never touches an earlier file at the path. A path that is not a regular file (a
+    device, a FIFO, ``/dev/stdout``) is written in place, never renamed over.
     """
 
     def __init__(self, target: str | Path | IO[str], *, atomic: bool = False) -> None:
         self._lock = threading.Lock()
         self._owned: IO[bytes] | None = None
         self._text: IO[str] | None = None
-        self._temp: Path | None = None
+        self._output: OpenedOutput | None = None
         if isinstance(target, str | Path):
             self.path: Path | None = Path(target)
-            try:
-                if atomic and _replaceable(self.path):
-                    self._owned, self._temp = _open_temp_beside(self.path)
-                else:
-                    self._owned = self.path.open("wb")
-            except OSError as exc:
-                raise ConfigError(f"cannot write {self.path}: {exc.strerror or exc}") from exc
+            self._output = open_output(self.path, atomic=atomic)
+            self._owned = self._output.stream
         else:
             self.path = None
             self._text = target
@@ -165,43 +158,20 @@ class OtlpJsonFileExporter(SpanExporter):
     def commit(self) -> bool:
         """Move the temporary file into place (after :meth:`shutdown`); ``False`` if that failed."""
         self.shutdown()
-        if self._temp is None or self.path is None:
+        if self._output is None or self._output.temp is None:
             return self.error is None
         try:
-            os.replace(self._temp, self.path)
+            self._output.commit()
         except OSError as exc:
             self.error = f"cannot write {self.path}: {exc.strerror or exc}"
             self.discard()
             return False
-        self._temp = None
         return True
 
     def discard(self) -> None:
         """Remove the temporary file, leaving the target as it was."""
         self.shutdown()
-        if self._temp is not None:
+        if self._output is not None and self._output.temp is not None:
             with contextlib.suppress(OSError):
-                self._temp.unlink()
-            self._temp = None
-
-
-def _replaceable(path: Path) -> bool:
-    # A device, a pipe or a terminal (/dev/stdout, /dev/full) is written in place, never replaced.
-    try:
-        return stat.S_ISREG(path.stat().st_mode)
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-
-
-def _open_temp_beside(path: Path) -> tuple[IO[bytes], Path]:
-    directory = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise IsADirectoryError(21, "Is a directory")
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    # mkstemp creates 0600; the finished file gets the mode a plain create would give it.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)
-    return os.fdopen(fd, "wb"), Path(name)
+                self._output.temp.unlink()
+            self._output.temp = None

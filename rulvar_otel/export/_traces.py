@@ -477,9 +477,13 @@ def build_trace_delivery(
 
 
 def check_output_is_not_input(
-    options: ExportOptions, source: str, environ: Mapping[str, str] | None = None
+    options: ExportOptions, source: str | int, environ: Mapping[str, str] | None = None
 ) -> None:
-    """:class:`ConfigError` when the file this export would write is ``source`` itself."""
+    """:class:`ConfigError` when the file this export would write is ``source`` itself.
+
+    ``source`` is the input's path, or its file descriptor (``0`` for stdin: ``--out /dev/stdin``
+    on a piped stream would write into the pipe it reads).
+    """
     env = os.environ if environ is None else environ
     candidate = options.out
     if candidate is None and resolve_endpoint(options.endpoint, "TRACES", env) is None:
@@ -487,7 +491,12 @@ def check_output_is_not_input(
     if candidate is None:
         return
     try:
-        same = candidate.exists() and os.path.samefile(candidate, source)
+        if candidate.exists():
+            written = candidate.stat()
+            read = os.fstat(source) if isinstance(source, int) else os.stat(source)
+            same = (written.st_dev, written.st_ino) == (read.st_dev, read.st_ino)
+        else:
+            same = False
     except OSError:
         same = False
     if same:

@@ -8,6 +8,7 @@ event's position and ``seq`` (never its value). See docs/otel-mapping.md#timesta
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Mapping
@@ -15,7 +16,7 @@ from typing import Any, Final
 
 from rulvar_otel.core.wire import ts_ns as parse_ts_ns
 
-__all__ = ["MAX_OTLP_NS", "EventClock", "export_time_ns"]
+__all__ = ["MAX_OTLP_NS", "EventClock", "export_time_ns", "held_copy"]
 
 _log = logging.getLogger("rulvar_otel")
 
@@ -91,3 +92,15 @@ def export_time_ns(untimed: int) -> int:
     """The last resort for a stream with no usable ts at all: the time of export, said aloud."""
     _log.warning("%d events arrived without any usable ts; they are stamped with the export time", untimed)
     return time.time_ns()
+
+
+def held_copy(event: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A deep copy of an event that must wait for a usable time, read once it has one.
+
+    The host may refill the same dict (and its nested values) for the next event meanwhile; the
+    wait is bounded, so copying every held event whole stays cheap.
+    """
+    try:
+        return copy.deepcopy(dict(event))
+    except Exception:  # noqa: BLE001 - a value that cannot be copied is held as it is
+        return dict(event)

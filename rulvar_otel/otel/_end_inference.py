@@ -60,8 +60,17 @@ def end_unclosed(
     last: int,
     ok: bool,
     end: Callable[[MappedSpan, int], None],
+    unsettled: bool = False,
 ) -> None:
-    """End every span still open at the end of the export; ``last`` is the stream's last time."""
+    """End every span still open at the end of the export; ``last`` is the stream's last time.
+
+    ``unsettled``: the export stopped before the run settled (cancelled), so a run span still
+    open carries ``rulvar.run.settled = false`` as an unsettled terminal does.
+    """
+    if unsettled:
+        for rec in (*open_stack, *stranded):
+            if rec.kind == RUN and not rec.ended and rec.span is not None:
+                rec.span.set_attribute(sc.RUN_SETTLED, False)
     # Leftovers of earlier segments end where their segment ended.
     for rec in leftovers:
         if not rec.ended:

@@ -26,7 +26,7 @@ from rulvar_otel.core.masking import SecretMasker
 from rulvar_otel.otel import _attributes as ax
 from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel._attributes import INT64_MAX, INT64_MIN
-from rulvar_otel.otel._clock import EventClock, export_time_ns
+from rulvar_otel.otel._clock import EventClock, export_time_ns, held_copy
 from rulvar_otel.otel._end_inference import end_unclosed, mark_segment_leftovers
 from rulvar_otel.otel._mapper_helpers import (
     MaskMemo,
@@ -198,7 +198,7 @@ class SpanMapper:
 
     def _hold_untimed(self, event: Mapping[str, Any]) -> None:
         """No usable ts yet: the event waits for the first one (never 1970, never a guess)."""
-        self._untimed.append(event)
+        self._untimed.append(held_copy(event))
         if len(self._untimed) >= _UNTIMED_LIMIT:
             self._release_untimed(export_time_ns(len(self._untimed)))
 
@@ -218,6 +218,8 @@ class SpanMapper:
             return self.span_count
         self.finished = True
         ok = isinstance(outcome, RunOutcome) and outcome.status == "ok"
+        # Cancelled or interrupted before the run settled: an open run span says so.
+        unsettled = isinstance(outcome, BaseException) and not isinstance(outcome, Exception)
         try:
             if self._untimed:
                 self._release_untimed(export_time_ns(len(self._untimed)))
@@ -230,6 +232,7 @@ class SpanMapper:
                 last=last,
                 ok=ok,
                 end=self._end,
+                unsettled=unsettled,
             )
         except Exception:  # noqa: BLE001
             _log.debug("finishing spans failed", exc_info=True)

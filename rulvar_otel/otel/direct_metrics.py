@@ -6,7 +6,9 @@ skipped), with the same attribute masking; but instead of one SDK call per obser
 the aggregates itself: a sum per attribute set for counters, and for histograms the bucket
 counts over the registry's boundaries (the SDK's defaults where the registry names none), with
 sum, count, min and max, as the SDK's explicit-bucket aggregation keeps them. :meth:`metrics_data`
-renders them as the SDK's ``MetricsData`` (cumulative temporality).
+renders them as the SDK's ``MetricsData`` (cumulative temporality). Each instrument keeps at most
+``cardinality_limit`` attribute sets (the SDK's default, 2000); later new sets add up in one
+``otel.metric.overflow=true`` series, exactly as the SDK's own limit does.
 
 Delivery stays the exporter libraries': :func:`otlp_reader` is the SDK's
 ``PeriodicExportingMetricReader`` around any ``MetricExporter`` (OTLP gRPC or HTTP), and
@@ -85,6 +87,8 @@ _BATCH_EVENTS: Final = 1024
 _PENDING_LIMIT: Final = 4096
 
 _Key = tuple[tuple[str, AttrValue], ...]
+# Past the limit, every new attribute set lands in this one series (the SDK's behaviour).
+_OVERFLOW_KEY: Final[_Key] = ((semconv.METRIC_OVERFLOW, True),)
 
 
 # One exemplar: (value, time ns, trace id, span id) of the span the observation belongs to.
@@ -149,7 +153,11 @@ class MetricsAggregator:
         *,
         resource: Resource | None = None,
         scope: InstrumentationScope | None = None,
+        cardinality_limit: int = semconv.DEFAULT_METRIC_CARDINALITY_LIMIT,
     ) -> None:
+        if cardinality_limit < 1:
+            raise ValueError(f"the metric cardinality limit must be at least 1 (got {cardinality_limit})")
+        self._limit = cardinality_limit
         self._masker = masker if masker is not None else compile_secret_masker()
         self._lock = threading.Lock()  # a reader collects from its own thread
         if resource is None:
@@ -235,6 +243,8 @@ class MetricsAggregator:
                 key = cache.get(raw)
                 if key is None:
                     key = self._resolve(series, raw)
+                if key not in sums and len(sums) >= self._limit:
+                    key = _OVERFLOW_KEY
                 sums[key] = sums.get(key, 0) + value
             series.raw_sums = {}
         if series.pending:
@@ -247,6 +257,9 @@ class MetricsAggregator:
                 if not kept:
                     continue
                 found = buckets.get(key)
+                if found is None and len(buckets) >= self._limit:
+                    found = buckets.get(_OVERFLOW_KEY)
+                    key = _OVERFLOW_KEY
                 if found is None:
                     found = buckets[key] = _Buckets([0] * (len(bounds) + 1))
                 counts = found.counts

@@ -238,3 +238,7 @@ SPAWN_CODE: Final = "rulvar.spawn.code"
 ESCALATION_KIND: Final = "rulvar.escalation.kind"
 LEDGER_OP: Final = "rulvar.ledger.op"
 SHARE_SOURCE: Final = "rulvar.orchestrator.share_source"
+# The one series past an instrument's label-set limit, as the OTel SDK names it (both pipelines).
+METRIC_OVERFLOW: Final = "otel.metric.overflow"
+# Distinct attribute sets kept per instrument before the overflow series: the SDK's default.
+DEFAULT_METRIC_CARDINALITY_LIMIT: Final[int] = 2000
