@@ -212,7 +212,8 @@ class BoundedHttpTransport(BaseHTTPTransport):
         try:
             return self._exchange(method, url, headers or {}, data, limit)
         except (httpcore.TimeoutException, TimeoutError) as exc:
-            return self._failed(ResponseError(f"the receiver did not answer within {limit:g} s: {exc}"))
+            late = f"the receiver did not answer within {round(limit, 1):g} s ({exc})"
+            return self._failed(ResponseError(late))
         except ResponseError as exc:
             return self._failed(exc)
         except Exception as exc:  # noqa: BLE001 - a failed exchange is a result, never a raise

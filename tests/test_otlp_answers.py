@@ -1,0 +1,149 @@
+"""What a receiver's answer means: only what it kept is exported, and every answer is bounded.
+
+Real receivers on 127.0.0.1 answer with ``partial_success`` (HTTP and gRPC), a redirect, a body
+trickling one byte a second, a gzip bomb, or never; ``rulvar-otel export`` runs against each on
+both span pipelines and must say what was lost, exit 1, and end by its export timeout.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests._support import (
+    REJECTION_MESSAGE,
+    STREAMS,
+    GrpcAnswer,
+    HostileGrpcReceiver,
+    HostileHttpReceiver,
+    HttpAnswer,
+    reference_span_count,
+    run_cli,
+)
+
+PIPELINES = ["direct", "sdk"]
+STREAM = "tools"
+
+
+def _export(endpoint: str, protocol: str, pipeline: str, *extra: str) -> tuple[int, str, float]:
+    started = time.monotonic()
+    code, out, err = run_cli(
+        "export",
+        str(STREAMS / f"{STREAM}.jsonl"),
+        "--endpoint",
+        endpoint,
+        "--protocol",
+        protocol,
+        "--pipeline",
+        pipeline,
+        "--progress",
+        "off",
+        "--no-tree",
+        *extra,
+    )
+    return code, out + err, time.monotonic() - started
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("pipeline", PIPELINES)
+def test_http_partial_success_rejecting_every_span_is_a_failed_export(pipeline: str) -> None:
+    total = reference_span_count(STREAM)
+    with HostileHttpReceiver(HttpAnswer.PARTIAL) as receiver:
+        code, text, _ = _export(receiver.endpoint, "http/protobuf", pipeline)
+    assert code == 1, text
+    assert f"exported {total} spans" not in text
+    assert f"{total} of {total} spans were not delivered" in text
+    assert f"rejected {total} spans ({REJECTION_MESSAGE})" in text
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("pipeline", PIPELINES)
+def test_grpc_partial_success_rejecting_every_span_is_a_failed_export(pipeline: str) -> None:
+    total = reference_span_count(STREAM)
+    with HostileGrpcReceiver(GrpcAnswer.PARTIAL) as receiver:
+        code, text, _ = _export(receiver.endpoint, "grpc", pipeline)
+    assert code == 1, text
+    assert "exported" not in text
+    assert f"{total} of {total} spans were not delivered" in text
+    assert f"rejected {total} spans ({REJECTION_MESSAGE})" in text
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+@pytest.mark.parametrize("pipeline", PIPELINES)
+def test_a_partial_rejection_counts_only_the_kept_spans(protocol: str, pipeline: str) -> None:
+    total = reference_span_count(STREAM)
+    make = HostileGrpcReceiver if protocol == "grpc" else HostileHttpReceiver
+    answer = GrpcAnswer.PARTIAL if protocol == "grpc" else HttpAnswer.PARTIAL
+    with make(answer, rejected=3) as receiver:  # type: ignore[operator]
+        code, text, _ = _export(receiver.endpoint, protocol, pipeline)
+    assert code == 1, text
+    assert "exported" not in text
+    assert f"3 of {total} spans were not delivered" in text
+    assert "rejected 3 spans" in text
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("pipeline", PIPELINES)
+def test_an_http_redirect_is_not_a_delivery(pipeline: str) -> None:
+    with HostileHttpReceiver(HttpAnswer.REDIRECT) as receiver:
+        code, text, _ = _export(receiver.endpoint, "http/protobuf", pipeline)
+        assert receiver.requests == 1  # not followed, not retried
+    assert code == 1, text
+    assert "HTTP 307" in text and "redirect" in text
+    assert "exported" not in text
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("pipeline", PIPELINES)
+def test_a_trickling_answer_ends_at_the_export_timeout(pipeline: str) -> None:
+    with HostileHttpReceiver(HttpAnswer.TRICKLE) as receiver:
+        code, text, elapsed = _export(receiver.endpoint, "http/protobuf", pipeline, "--export-timeout", "2")
+    assert code == 1, text
+    assert "did not answer within 2 s" in text
+    # One export timeout (the first failure fails the rest at once) plus mapping and start-up.
+    assert elapsed < 12, elapsed
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("pipeline", PIPELINES)
+def test_a_gzip_bomb_answer_is_not_inflated(pipeline: str) -> None:
+    with HostileHttpReceiver(HttpAnswer.BOMB) as receiver:
+        code, text, _ = _export(receiver.endpoint, "http/protobuf", pipeline)
+    assert code == 1, text
+    assert "inflates past 1048576 bytes" in text
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("pipeline", PIPELINES)
+def test_a_stalled_grpc_receiver_ends_at_the_export_timeout(pipeline: str) -> None:
+    with HostileGrpcReceiver(GrpcAnswer.STALL) as receiver:
+        code, text, elapsed = _export(receiver.endpoint, "grpc", pipeline, "--export-timeout", "2")
+    assert code == 1, text
+    assert "exported" not in text
+    assert elapsed < 12, elapsed
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_metrics_partial_success_is_a_metrics_failure(protocol: str) -> None:
+    make = HostileGrpcReceiver if protocol == "grpc" else HostileHttpReceiver
+    answer = GrpcAnswer.PARTIAL if protocol == "grpc" else HttpAnswer.PARTIAL
+    with make(answer, rejected=5) as receiver:  # type: ignore[operator]
+        code, out, err = run_cli(
+            "export",
+            str(STREAMS / f"{STREAM}.jsonl"),
+            "--out",
+            "spans.jsonl",
+            "--metrics-endpoint",
+            receiver.endpoint,
+            "--protocol",
+            protocol,
+            "--progress",
+            "off",
+            "--no-tree",
+        )
+    text = out + err
+    assert code == 1, text
+    assert "rejected 5 data points" in text and REJECTION_MESSAGE in text
