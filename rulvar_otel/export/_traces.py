@@ -50,6 +50,8 @@ from rulvar_otel.export._settings import (
 from rulvar_otel.export._transport import (
     MAX_RESPONSE_BYTES,
     BoundedHttpTransport,
+    DeliveryInterrupt,
+    DeliveryInterruptedError,
     Rejections,
     capture_grpc_rejections,
     tls_settings,
@@ -185,7 +187,12 @@ def resolve_project(options: ExportOptions, environ: Mapping[str, str] | None = 
 
 
 def _make_otlp_exporter(
-    target: OtlpTarget, rejections: Rejections, env: Mapping[str, str], *, direct: bool = False
+    target: OtlpTarget,
+    rejections: Rejections,
+    env: Mapping[str, str],
+    interrupt: DeliveryInterrupt,
+    *,
+    direct: bool = False,
 ) -> SpanExporter:
     """The library's OTLP exporter for ``target``, recording ``partial_success`` rejections.
 
@@ -212,7 +219,7 @@ def _make_otlp_exporter(
                 ("grpc.max_receive_message_length", MAX_RESPONSE_BYTES),
             ),  # type: ignore[arg-type]
         )
-        capture_grpc_rejections(exporter, "rejected_spans", rejections)
+        capture_grpc_rejections(exporter, "rejected_spans", rejections, interrupt)
         return exporter
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
         OTLPSpanExporter as HttpSpanExporter,
@@ -221,7 +228,12 @@ def _make_otlp_exporter(
 
     verify, cert = tls_settings(env, "TRACES")
     transport = BoundedHttpTransport(
-        ExportTraceServiceResponse, "rejected_spans", rejections, verify=verify, cert=cert
+        ExportTraceServiceResponse,
+        "rejected_spans",
+        rejections,
+        verify=verify,
+        cert=cert,
+        interrupt=interrupt,
     )
     return HttpSpanExporter(
         endpoint=target.endpoint, headers=dict(target.headers), timeout=target.timeout_s, _transport=transport
@@ -255,7 +267,8 @@ class _TrackedExporter(SpanExporter):
             result = self._inner.export(spans)
         except Exception as exc:  # noqa: BLE001 - an exporter bug is a failed export, not a crash
             result = SpanExportResult.FAILURE
-            self.error = f"{type(exc).__name__}: {exc}"
+            interrupted = isinstance(exc, DeliveryInterruptedError)
+            self.error = str(exc) if interrupted else f"{type(exc).__name__}: {exc}"
         rejected, why = self._rejections.take() if self._rejections is not None else (0, None)
         with self._lock:
             if result is SpanExportResult.SUCCESS:
@@ -336,6 +349,8 @@ class TraceDelivery:
         self._recorder = recorder
         self._files = tuple(files)
         self._report: DeliveryReport | None = None
+        # Gives in-flight OTLP exchanges ``grace_s`` more, then cuts them (a Ctrl-C).
+        self.interrupt: Callable[[float], None] = lambda grace_s: None
 
     @property
     def tracer(self) -> Tracer:
@@ -435,6 +450,8 @@ class Destinations:
     name_limit: int
     queue: int
     batch: int
+    # A Ctrl-C cuts the OTLP exchanges through this (see _transport.DeliveryInterrupt).
+    interrupt: DeliveryInterrupt = field(default_factory=DeliveryInterrupt)
 
 
 def resolve_destinations(
@@ -458,9 +475,10 @@ def resolve_destinations(
 
     exporters: list[_TrackedExporter] = []
     files: list[tuple[OtlpJsonFileExporter, _TrackedExporter]] = []
+    interrupt = DeliveryInterrupt()
     if otlp is not None:
         rejections = Rejections()
-        exporter = _make_otlp_exporter(otlp, rejections, env, direct=direct)
+        exporter = _make_otlp_exporter(otlp, rejections, env, interrupt, direct=direct)
         exporters.append(_TrackedExporter(exporter, otlp.describe(), rejections))
     if file_path is not None:
         file_exporter = OtlpJsonFileExporter(file_path, atomic=True)
@@ -481,6 +499,7 @@ def resolve_destinations(
         name_limit,
         queue,
         min(batch, queue),
+        interrupt,
     )
 
 
@@ -500,6 +519,7 @@ def build_trace_delivery(
     opts = options or ExportOptions()
     found = resolve_destinations(opts, environ=environ, default_path=default_path)
     otlp, exporters, files = found.otlp, found.exporters, found.files
+    interrupt = found.interrupt
     queue, batch, limits, name_limit = found.queue, found.batch, found.limits, found.name_limit
     provider = TracerProvider(
         resource=found.resource,
@@ -517,7 +537,9 @@ def build_trace_delivery(
         )
         provider.add_span_processor(processor)
         processors.append(processor)
-    return TraceDelivery(provider, exporters, processors, recorder, otlp, files)
+    delivery = TraceDelivery(provider, exporters, processors, recorder, otlp, files)
+    delivery.interrupt = interrupt.interrupt
+    return delivery
 
 
 def check_output_is_not_input(

@@ -19,11 +19,12 @@ the library's stub so the ``Export`` response's ``partial_success`` is read inst
 from __future__ import annotations
 
 import contextvars
+import socket
 import ssl
 import threading
 import time
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -34,6 +35,8 @@ from opentelemetry.exporter.http.transport._base import BaseHTTPResult, BaseHTTP
 __all__ = [
     "MAX_RESPONSE_BYTES",
     "BoundedHttpTransport",
+    "DeliveryInterrupt",
+    "DeliveryInterruptedError",
     "ResponseError",
     "Rejections",
     "capture_grpc_rejections",
@@ -44,9 +47,65 @@ __all__ = [
 MAX_RESPONSE_BYTES: Final = 1024 * 1024
 # Characters kept of a receiver's rejection message (it is masked before it is printed).
 MAX_MESSAGE_CHARS: Final = 300
-_CHUNK: Final = 64 * 1024
+_INTERRUPTED: Final = "the export was interrupted before the receiver answered"
 
 _deadline: contextvars.ContextVar[float] = contextvars.ContextVar("rulvar_otel_http_deadline")
+
+
+class DeliveryInterruptedError(Exception):
+    """The export was interrupted (Ctrl-C) before the receiver answered."""
+
+
+class DeliveryInterrupt:
+    """Ends one export's network exchanges early, for a Ctrl-C that must end the command.
+
+    :meth:`interrupt` gives what is in flight ``grace_s`` more; then every open exchange is cut
+    (its socket shut down, its gRPC call cancelled) and later ones fail at once.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cut_at: float | None = None
+        self._timer: threading.Timer | None = None
+        self.cut = threading.Event()
+        self._closers: dict[int, Callable[[], None]] = {}
+        self._next = 0
+
+    def interrupt(self, grace_s: float) -> None:
+        with self._lock:
+            at = time.monotonic() + max(grace_s, 0.0)
+            if self._cut_at is not None and self._cut_at <= at:
+                return
+            self._cut_at = at
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = threading.Timer(max(grace_s, 0.0), self._cut_now)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _cut_now(self) -> None:
+        with self._lock:
+            self.cut.set()
+            closers = list(self._closers.values())
+        for close in closers:
+            try:
+                close()
+            except Exception:  # noqa: BLE001 - cutting is best effort; the deadline still holds
+                pass
+
+    def watch(self, close: Callable[[], None]) -> int:
+        """Run ``close`` when the cut comes (at once if it came); :meth:`unwatch` the returned key."""
+        with self._lock:
+            self._next += 1
+            self._closers[self._next] = close
+            already = self.cut.is_set()
+        if already:
+            close()
+        return self._next
+
+    def unwatch(self, key: int) -> None:
+        with self._lock:
+            self._closers.pop(key, None)
 
 
 class ResponseError(Exception):
@@ -97,10 +156,18 @@ def _remaining(timeout: float | None) -> float:
 
 
 class _DeadlineStream(httpcore.NetworkStream):
-    """A network stream whose every operation ends by the current request's deadline."""
+    """A network stream whose every operation ends by the current request's deadline.
 
-    def __init__(self, inner: httpcore.NetworkStream) -> None:
+    An interrupt's cut shuts its socket down, which ends a blocked read or write at once.
+    """
+
+    def __init__(self, inner: httpcore.NetworkStream, interrupt: DeliveryInterrupt | None) -> None:
         self._inner = inner
+        self._interrupt = interrupt
+        self._key: int | None = None
+        sock = inner.get_extra_info("socket")
+        if interrupt is not None and isinstance(sock, socket.socket):
+            self._key = interrupt.watch(lambda: sock.shutdown(socket.SHUT_RDWR))
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         return self._inner.read(max_bytes, _remaining(timeout))
@@ -109,20 +176,24 @@ class _DeadlineStream(httpcore.NetworkStream):
         self._inner.write(buffer, _remaining(timeout))
 
     def close(self) -> None:
+        if self._interrupt is not None and self._key is not None:
+            self._interrupt.unwatch(self._key)
         self._inner.close()
 
     def start_tls(
         self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
     ) -> httpcore.NetworkStream:
-        return _DeadlineStream(self._inner.start_tls(ssl_context, server_hostname, _remaining(timeout)))
+        tls = self._inner.start_tls(ssl_context, server_hostname, _remaining(timeout))
+        return _DeadlineStream(tls, self._interrupt)
 
     def get_extra_info(self, info: str) -> Any:
         return self._inner.get_extra_info(info)
 
 
 class _DeadlineBackend(httpcore.NetworkBackend):
-    def __init__(self) -> None:
+    def __init__(self, interrupt: DeliveryInterrupt | None) -> None:
         self._inner = httpcore.SyncBackend()
+        self._interrupt = interrupt
 
     def connect_tcp(
         self,
@@ -133,7 +204,7 @@ class _DeadlineBackend(httpcore.NetworkBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
         stream = self._inner.connect_tcp(host, port, _remaining(timeout), local_address, socket_options)
-        return _DeadlineStream(stream)
+        return _DeadlineStream(stream, self._interrupt)
 
     def sleep(self, seconds: float) -> None:
         self._inner.sleep(seconds)
@@ -183,6 +254,7 @@ class BoundedHttpTransport(BaseHTTPTransport):
         *,
         verify: bool | str = True,
         cert: str | tuple[str, str] | None = None,
+        interrupt: DeliveryInterrupt | None = None,
     ) -> None:
         context = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
         if verify is False:
@@ -192,7 +264,8 @@ class BoundedHttpTransport(BaseHTTPTransport):
             context.load_cert_chain(cert[0], cert[1])
         elif cert:
             context.load_cert_chain(cert)
-        self._pool = httpcore.ConnectionPool(ssl_context=context, network_backend=_DeadlineBackend())
+        self._pool = httpcore.ConnectionPool(ssl_context=context, network_backend=_DeadlineBackend(interrupt))
+        self._interrupt = interrupt
         self._response = response
         self._field = rejected_field
         self.rejections = rejections
@@ -208,6 +281,8 @@ class BoundedHttpTransport(BaseHTTPTransport):
         data: bytes | None = None,
     ) -> BaseHTTPResult:
         limit = 10.0 if timeout is None else max(timeout, 0.0)
+        if self._interrupt is not None and self._interrupt.cut.is_set():
+            return self._failed(DeliveryInterruptedError(_INTERRUPTED))
         token = _deadline.set(time.monotonic() + limit)
         try:
             return self._exchange(method, url, headers or {}, data, limit)
@@ -217,6 +292,8 @@ class BoundedHttpTransport(BaseHTTPTransport):
         except ResponseError as exc:
             return self._failed(exc)
         except Exception as exc:  # noqa: BLE001 - a failed exchange is a result, never a raise
+            if self._interrupt is not None and self._interrupt.cut.is_set():
+                return self._failed(DeliveryInterruptedError(_INTERRUPTED))
             return self._failed(exc)
         finally:
             _deadline.reset(token)
@@ -272,33 +349,57 @@ class BoundedHttpTransport(BaseHTTPTransport):
         self._pool.close()
 
 
-def capture_grpc_rejections(exporter: Any, rejected_field: str, rejections: Rejections) -> None:
+def capture_grpc_rejections(
+    exporter: Any, rejected_field: str, rejections: Rejections, interrupt: DeliveryInterrupt | None = None
+) -> None:
     """Make a library OTLP/gRPC exporter record its answers' ``partial_success`` in ``rejections``.
 
     The library calls ``self._client.Export(...)`` and drops the response; its stub is wrapped
-    after every (re)connection so the response is read first.
+    after every (re)connection so the response is read first. An ``interrupt``'s cut cancels
+    the call in flight (:class:`DeliveryInterruptedError`, which the library does not retry).
     """
     initialize = exporter._initialize_channel_and_stub
 
     def wrapped_initialize() -> None:
         initialize()
-        exporter._client = _RecordingStub(exporter._client, rejected_field, rejections)
+        exporter._client = _RecordingStub(exporter._client, rejected_field, rejections, interrupt)
 
     exporter._initialize_channel_and_stub = wrapped_initialize
-    exporter._client = _RecordingStub(exporter._client, rejected_field, rejections)
+    exporter._client = _RecordingStub(exporter._client, rejected_field, rejections, interrupt)
 
 
 class _RecordingStub:
-    def __init__(self, stub: Any, rejected_field: str, rejections: Rejections) -> None:
+    def __init__(
+        self, stub: Any, rejected_field: str, rejections: Rejections, interrupt: DeliveryInterrupt | None
+    ) -> None:
         self._stub = stub
         self._field = rejected_field
         self._rejections = rejections
+        self._interrupt = interrupt
 
     def Export(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802 - the stub's method name
-        response = self._stub.Export(*args, **kwargs)
+        interrupt = self._interrupt
+        if interrupt is None:
+            response = self._stub.Export(*args, **kwargs)
+        else:
+            response = self._cancellable(interrupt, *args, **kwargs)
         if isinstance(response, Message):
             self._rejections.read(response, self._field)
         return response
+
+    def _cancellable(self, interrupt: DeliveryInterrupt, *args: Any, **kwargs: Any) -> Any:
+        import grpc
+
+        if interrupt.cut.is_set():
+            raise DeliveryInterruptedError(_INTERRUPTED)
+        call = self._stub.Export.future(*args, **kwargs)
+        key = interrupt.watch(call.cancel)
+        try:
+            return call.result()
+        except grpc.FutureCancelledError:
+            raise DeliveryInterruptedError(_INTERRUPTED) from None
+        finally:
+            interrupt.unwatch(key)
 
 
 def tls_settings(env: Mapping[str, str], signal: str) -> tuple[bool | str, str | tuple[str, str] | None]:
