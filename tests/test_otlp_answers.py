@@ -7,6 +7,8 @@ both span pipelines and must say what was lost, exit 1, and end by its export ti
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import time
 
 import pytest
@@ -19,6 +21,7 @@ from tests._support import (
     HostileHttpReceiver,
     HttpAnswer,
     reference_span_count,
+    rulvar_otel_command,
     run_cli,
 )
 
@@ -147,3 +150,82 @@ def test_metrics_partial_success_is_a_metrics_failure(protocol: str) -> None:
     text = out + err
     assert code == 1, text
     assert "rejected 5 data points" in text and REJECTION_MESSAGE in text
+
+
+def _start_stuck_export(endpoint: str, protocol: str, pipeline: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            rulvar_otel_command(),
+            "export",
+            str(STREAMS / "large.jsonl"),
+            "--endpoint",
+            endpoint,
+            "--protocol",
+            protocol,
+            "--pipeline",
+            pipeline,
+            "--export-timeout",
+            "60",
+            "--progress",
+            "off",
+            "--no-tree",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for_request(receiver: HostileHttpReceiver | HostileGrpcReceiver, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with receiver.lock:
+            if receiver.requests:
+                return
+        time.sleep(0.05)
+    raise AssertionError("the export never reached the receiver")
+
+
+def _receiver(protocol: str) -> HostileHttpReceiver | HostileGrpcReceiver:
+    if protocol == "grpc":
+        return HostileGrpcReceiver(GrpcAnswer.STALL)
+    return HostileHttpReceiver(HttpAnswer.STALL)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(("protocol", "pipeline"), [("grpc", "direct"), ("http/protobuf", "sdk")])
+def test_one_ctrl_c_ends_an_export_stuck_on_a_stalled_receiver(protocol: str, pipeline: str) -> None:
+    with _receiver(protocol) as receiver:
+        process = _start_stuck_export(receiver.endpoint, protocol, pipeline)
+        try:
+            _wait_for_request(receiver)
+            sent = time.monotonic()
+            process.send_signal(signal.SIGINT)
+            _, err = process.communicate(timeout=30)
+            took = time.monotonic() - sent
+        finally:
+            process.kill()
+    # The export timeout is 60 s: only the interrupt (a 2 s grace, then the cut) ends it this soon.
+    assert took < 10, (took, err)
+    assert process.returncode in (1, 130), err
+    assert "spans were not delivered" in err and "interrupted" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.timeout(90)
+def test_a_second_ctrl_c_exits_at_once() -> None:
+    with _receiver("grpc") as receiver:
+        process = _start_stuck_export(receiver.endpoint, "grpc", "direct")
+        try:
+            _wait_for_request(receiver)
+            process.send_signal(signal.SIGINT)
+            time.sleep(0.3)
+            sent = time.monotonic()
+            process.send_signal(signal.SIGINT)
+            _, err = process.communicate(timeout=30)
+            took = time.monotonic() - sent
+        finally:
+            process.kill()
+    assert took < 3, (took, err)
+    assert process.returncode == 130, err
+    assert "Traceback" not in err

@@ -13,7 +13,8 @@ Nothing is dropped: the sampler is always-on, the span-event limit is lifted unl
 keep at most :data:`DEFAULT_VALUE_LENGTH_LIMIT` characters unless
 ``OTEL_(SPAN_)ATTRIBUTE_VALUE_LENGTH_LIMIT`` says otherwise. A dead endpoint costs one export
 timeout: after the first failed batch the rest fail at once, and :meth:`TraceDelivery.finish`
-reports it.
+reports it. Delivered means kept: spans a receiver rejects in an OTLP ``partial_success`` are
+counted as not delivered, and every OTLP answer is bounded in time and size (``_transport``).
 """
 
 from __future__ import annotations
