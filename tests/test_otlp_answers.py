@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -228,4 +229,42 @@ def test_a_second_ctrl_c_exits_at_once() -> None:
             process.kill()
     assert took < 3, (took, err)
     assert process.returncode == 130, err
+    assert "Traceback" not in err
+
+
+@pytest.mark.timeout(90)
+def test_one_ctrl_c_ends_a_metrics_export_stuck_on_a_stalled_receiver(tmp_path: Path) -> None:
+    with HostileGrpcReceiver(GrpcAnswer.STALL) as receiver:
+        process = subprocess.Popen(
+            [
+                rulvar_otel_command(),
+                "export",
+                str(STREAMS / f"{STREAM}.jsonl"),
+                "--out",
+                str(tmp_path / "spans.jsonl"),
+                "--metrics-endpoint",
+                receiver.endpoint,
+                "--protocol",
+                "grpc",
+                "--export-timeout",
+                "60",
+                "--progress",
+                "off",
+                "--no-tree",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            _wait_for_request(receiver)
+            sent = time.monotonic()
+            process.send_signal(signal.SIGINT)
+            _, err = process.communicate(timeout=30)
+            took = time.monotonic() - sent
+        finally:
+            process.kill()
+    assert took < 10, (took, err)
+    assert process.returncode == 1, err
+    assert "interrupted before the receiver answered" in err
     assert "Traceback" not in err

@@ -42,6 +42,8 @@ from rulvar_otel.export._settings import read_headers, read_millis, resolve_prot
 from rulvar_otel.export._transport import (
     MAX_RESPONSE_BYTES,
     BoundedHttpTransport,
+    DeliveryInterrupt,
+    DeliveryInterruptedError,
     Rejections,
     capture_grpc_rejections,
     tls_settings,
@@ -129,7 +131,7 @@ class _TrackedMetricExporter(MetricExporter):
             result = self._inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
         except Exception as exc:  # noqa: BLE001 - a failed export, never a crash
             result = MetricExportResult.FAILURE
-            self.error = type(exc).__name__
+            self.error = str(exc) if isinstance(exc, DeliveryInterruptedError) else type(exc).__name__
         rejected, why = self._rejections.take() if self._rejections is not None else (0, None)
         with self._idle:
             self.exports += 1
@@ -180,6 +182,8 @@ class MetricsPipeline:
     _scrapes: _ScrapeCounter | None = None
     _exporter: _TrackedMetricExporter | None = None
     stop_linger: threading.Event = field(default_factory=threading.Event)
+    # A Ctrl-C cuts the OTLP metric exchanges through this (after a grace).
+    interrupt: DeliveryInterrupt = field(default_factory=DeliveryInterrupt)
     problems: list[str] = field(default_factory=list)
     # The readers on the provider (the direct path points them at its own aggregates).
     readers: tuple[MetricReader, ...] = ()
@@ -265,7 +269,9 @@ def _validate(setup: MetricsSetup) -> None:
             raise ConfigError("metrics headers must map non-empty names to string values")
 
 
-def _otlp_exporter(setup: MetricsSetup, rejections: Rejections) -> MetricExporter:
+def _otlp_exporter(
+    setup: MetricsSetup, rejections: Rejections, interrupt: DeliveryInterrupt
+) -> MetricExporter:
     """The library's OTLP metric exporter, bounded and recording ``partial_success`` rejections."""
     assert setup.otlp_endpoint is not None
     headers = dict(setup.headers)
@@ -282,7 +288,7 @@ def _otlp_exporter(setup: MetricsSetup, rejections: Rejections) -> MetricExporte
             timeout=setup.timeout_s,
             channel_options=(("grpc.max_receive_message_length", MAX_RESPONSE_BYTES),),  # type: ignore[arg-type]
         )
-        capture_grpc_rejections(exporter, "rejected_data_points", rejections)
+        capture_grpc_rejections(exporter, "rejected_data_points", rejections, interrupt)
         return exporter
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpExporter
     from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
@@ -292,7 +298,12 @@ def _otlp_exporter(setup: MetricsSetup, rejections: Rejections) -> MetricExporte
         endpoint = endpoint.rstrip("/") + _DEFAULT_HTTP_PATH
     verify, cert = tls_settings(os.environ, "METRICS")
     transport = BoundedHttpTransport(
-        ExportMetricsServiceResponse, "rejected_data_points", rejections, verify=verify, cert=cert
+        ExportMetricsServiceResponse,
+        "rejected_data_points",
+        rejections,
+        verify=verify,
+        cert=cert,
+        interrupt=interrupt,
     )
     return HttpExporter(endpoint=endpoint, headers=headers, timeout=setup.timeout_s, _transport=transport)
 
@@ -322,10 +333,12 @@ def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = Non
     )
     readers: list[MetricReader] = []
     tracked: _TrackedMetricExporter | None = None
+    interrupt = DeliveryInterrupt()
     if setup.otlp_endpoint is not None:
         target = f"OTLP metrics endpoint {redact_url(setup.otlp_endpoint)}"
         rejections = Rejections()
-        tracked = _TrackedMetricExporter(_otlp_exporter(setup, rejections), target, rejections)
+        exporter = _otlp_exporter(setup, rejections, interrupt)
+        tracked = _TrackedMetricExporter(exporter, target, rejections)
         readers.append(
             PeriodicExportingMetricReader(
                 tracked,
@@ -369,6 +382,7 @@ def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = Non
         tracked,
         readers=tuple(readers),
         resource=resource,
+        interrupt=interrupt,
     )
 
 

@@ -83,9 +83,12 @@ class _Export:
     def interrupt(self, *, again: bool = False) -> None:
         """A Ctrl-C: stop lingering; what is in flight gets a short grace (none ``again``), then is cut."""
         self.stop_linger()
+        grace = 0.0 if again else INTERRUPT_GRACE_S
+        if self.metrics is not None:
+            self.metrics.interrupt.interrupt(grace)
         cut = getattr(self.pipeline, "interrupt", None)
         if callable(cut):
-            cut(0.0 if again else INTERRUPT_GRACE_S)
+            cut(grace)
 
     def fail(self, kind: FailureKind, text: str) -> None:
         self.failures.append(ExportFailure(kind, self.clean(text)))
