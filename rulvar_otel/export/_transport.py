@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import httpcore
+from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 from opentelemetry.exporter.http.transport._base import BaseHTTPResult, BaseHTTPTransport
 
@@ -333,12 +334,10 @@ class BoundedHttpTransport(BaseHTTPTransport):
         message = self._response()
         try:
             if "json" in content_type.lower():
-                from google.protobuf import json_format
-
                 json_format.Parse(body.decode("utf-8"), message, ignore_unknown_fields=True)
             else:
                 message.ParseFromString(body)
-        except (DecodeError, ValueError, UnicodeDecodeError) as exc:
+        except (DecodeError, json_format.ParseError, ValueError, UnicodeDecodeError) as exc:
             raise ResponseError("the receiver's answer is not an OTLP export response") from exc
         self.rejections.read(message, self._field)
 

@@ -33,6 +33,7 @@ class HttpAnswer(enum.Enum):
     TRICKLE = "trickle"  # 200 whose body arrives one byte a second
     BOMB = "bomb"  # 200 whose gzip body inflates to 64 MiB
     STALL = "stall"  # reads the request, never answers
+    RAW = "raw"  # answers the receiver's ``raw`` (status, headers, body)
 
 
 def _partial(path: str, rejected: int) -> bytes:
@@ -66,6 +67,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(_partial(self.path, receiver.rejected))
         elif answer is HttpAnswer.BOMB:
             self._send(_BOMB, encoding="gzip")
+        elif answer is HttpAnswer.RAW:
+            status, headers, payload = receiver.raw
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
         elif answer is HttpAnswer.TRICKLE:
             self.send_response(200)
             self.send_header("Content-Type", "application/x-protobuf")
@@ -107,6 +116,7 @@ class HostileHttpReceiver:
     def __init__(self, answer: HttpAnswer, *, rejected: int = 1_000_000) -> None:
         self.answer = answer
         self.rejected = rejected
+        self.raw: tuple[int, dict[str, str], bytes] = (200, {}, b"")
         self.lock = threading.Lock()
         self.requests = 0
         self.bodies = 0
