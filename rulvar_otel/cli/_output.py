@@ -73,10 +73,7 @@ def plural(count: int, word: str) -> str:
 
 def _summary(report: ExportReport) -> str:
     where = " and ".join(report.destinations) or "nowhere"
-    # Only what every destination kept counts as exported (a partial_success rejection is lost).
-    targets = report.delivery.targets if report.delivery is not None else ()
-    kept = min((t.delivered for t in targets), default=report.spans)
-    spans = plural(min(kept, report.spans), "span")
+    spans = plural(report.spans, "span")
     events = plural(report.events, "stream event")
     if len(report.trace_ids) == 1:
         traces = f"in trace {report.trace_ids[0]}"
