@@ -69,6 +69,10 @@ class _DirectPipeline:
             self._report = delivery_report(found.exporters, found.files, self._sink.ended, keep_output)
         return self._report
 
+    def interrupt(self, grace_s: float) -> None:
+        """A Ctrl-C: in-flight OTLP exchanges get ``grace_s`` more, then are cut."""
+        self._destinations.interrupt.interrupt(grace_s)
+
     @property
     def trace_ids(self) -> tuple[str, ...]:
         return tuple(format(t, "032x") for t in self._sink.trace_ids)

@@ -39,6 +39,15 @@ from rulvar_otel.core.masking import compile_secret_masker, redact_url
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.export._options import ExportOptions
 from rulvar_otel.export._settings import read_headers, read_millis, resolve_protocol
+from rulvar_otel.export._transport import (
+    MAX_RESPONSE_BYTES,
+    BoundedHttpTransport,
+    DeliveryInterrupt,
+    DeliveryInterruptedError,
+    Rejections,
+    capture_grpc_rejections,
+    tls_settings,
+)
 from rulvar_otel.otel._resource import compose_resource, mask_resource
 from rulvar_otel.otel.semconv import (
     DEFAULT_METRIC_CARDINALITY_LIMIT,
@@ -55,6 +64,7 @@ Protocol = Literal["grpc", "http/protobuf"]
 MAX_TIMEOUT_S: Final = 60.0
 MAX_LINGER_S: Final = 3600.0
 _DEFAULT_HTTP_PATH: Final = "/v1/metrics"
+_REFUSED: Final = "the endpoint refused the metrics or did not answer in time"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,15 +111,17 @@ class _ScrapeCounter(Collector):
 class _TrackedMetricExporter(MetricExporter):
     """Keeps every export's result: a metrics endpoint that fails is reported, not just logged."""
 
-    def __init__(self, inner: MetricExporter, target: str) -> None:
+    def __init__(self, inner: MetricExporter, target: str, rejections: Rejections | None = None) -> None:
         super().__init__(
             preferred_temporality=inner._preferred_temporality,
             preferred_aggregation=inner._preferred_aggregation,
         )
         self._inner = inner
         self.target = target
+        self._rejections = rejections
         self.exports = 0
         self.failures = 0
+        self.rejected = 0
         self.error: str | None = None
         self._in_flight = 0
         self._idle = threading.Condition()
@@ -123,12 +135,21 @@ class _TrackedMetricExporter(MetricExporter):
             result = self._inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
         except Exception as exc:  # noqa: BLE001 - a failed export, never a crash
             result = MetricExportResult.FAILURE
-            self.error = type(exc).__name__
+            self.error = str(exc) if isinstance(exc, DeliveryInterruptedError) else type(exc).__name__
+        rejected, why = self._rejections.take() if self._rejections is not None else (0, None)
         with self._idle:
             self.exports += 1
-            if result is not MetricExportResult.SUCCESS:
+            if result is MetricExportResult.SUCCESS and rejected:
+                # partial_success: the receiver answered but did not keep every data point.
+                self.rejected += rejected
                 self.failures += 1
-                self.error = self.error or "the endpoint refused the metrics or did not answer in time"
+                said = f" ({why})" if why else ""
+                self.error = f"the receiver rejected {self.rejected} data points{said}"
+            elif result is not MetricExportResult.SUCCESS:
+                self.failures += 1
+                transport = getattr(getattr(self._inner, "_client", None), "_transport", None)
+                known = getattr(transport, "last_error", None)
+                self.error = self.error or (known if isinstance(known, str) else None) or _REFUSED
             self._in_flight -= 1
             self._idle.notify_all()
         return result
@@ -165,6 +186,8 @@ class MetricsPipeline:
     _scrapes: _ScrapeCounter | None = None
     _exporter: _TrackedMetricExporter | None = None
     stop_linger: threading.Event = field(default_factory=threading.Event)
+    # A Ctrl-C cuts the OTLP metric exchanges through this (after a grace).
+    interrupt: DeliveryInterrupt = field(default_factory=DeliveryInterrupt)
     problems: list[str] = field(default_factory=list)
     # The readers on the provider (the direct path points them at its own aggregates).
     readers: tuple[MetricReader, ...] = ()
@@ -253,7 +276,10 @@ def _validate(setup: MetricsSetup) -> None:
             raise ConfigError("metrics headers must map non-empty names to string values")
 
 
-def _otlp_exporter(setup: MetricsSetup) -> MetricExporter:
+def _otlp_exporter(
+    setup: MetricsSetup, rejections: Rejections, interrupt: DeliveryInterrupt
+) -> MetricExporter:
+    """The library's OTLP metric exporter, bounded and recording ``partial_success`` rejections."""
     assert setup.otlp_endpoint is not None
     headers = dict(setup.headers)
     if setup.otlp_protocol == "grpc":
@@ -262,18 +288,31 @@ def _otlp_exporter(setup: MetricsSetup) -> MetricExporter:
         )
 
         parsed = urlparse(setup.otlp_endpoint)
-        return GrpcExporter(
+        exporter = GrpcExporter(
             endpoint=setup.otlp_endpoint,
             insecure=parsed.scheme == "http",
             headers=headers,
             timeout=setup.timeout_s,
+            channel_options=(("grpc.max_receive_message_length", MAX_RESPONSE_BYTES),),  # type: ignore[arg-type]
         )
+        capture_grpc_rejections(exporter, "rejected_data_points", rejections, interrupt)
+        return exporter
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpExporter
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
 
     endpoint = setup.otlp_endpoint
     if urlparse(endpoint).path in ("", "/"):
         endpoint = endpoint.rstrip("/") + _DEFAULT_HTTP_PATH
-    return HttpExporter(endpoint=endpoint, headers=headers, timeout=setup.timeout_s)
+    verify, cert = tls_settings(os.environ, "METRICS")
+    transport = BoundedHttpTransport(
+        ExportMetricsServiceResponse,
+        "rejected_data_points",
+        rejections,
+        verify=verify,
+        cert=cert,
+        interrupt=interrupt,
+    )
+    return HttpExporter(endpoint=endpoint, headers=headers, timeout=setup.timeout_s, _transport=transport)
 
 
 def _with_instance_id(resource: Resource) -> Resource:
@@ -308,9 +347,12 @@ def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = Non
     )
     readers: list[MetricReader] = []
     tracked: _TrackedMetricExporter | None = None
+    interrupt = DeliveryInterrupt()
     if setup.otlp_endpoint is not None:
-        target = f"OTLP metrics endpoint {setup.otlp_endpoint}"
-        tracked = _TrackedMetricExporter(_otlp_exporter(setup), target)
+        target = f"OTLP metrics endpoint {redact_url(setup.otlp_endpoint)}"
+        rejections = Rejections()
+        exporter = _otlp_exporter(setup, rejections, interrupt)
+        tracked = _TrackedMetricExporter(exporter, target, rejections)
         readers.append(
             PeriodicExportingMetricReader(
                 tracked,
@@ -358,6 +400,7 @@ def build_meter_provider(setup: MetricsSetup, *, resource: Resource | None = Non
         readers=tuple(readers),
         resource=resource,
         cardinality_limit=setup.cardinality_limit,
+        interrupt=interrupt,
     )
 
 

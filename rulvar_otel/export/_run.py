@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from types import FrameType
-from typing import Any
+from typing import Any, Final
 
 from opentelemetry.context import Context
 
@@ -41,7 +41,10 @@ from rulvar_otel.export._stream import StreamedRun
 from rulvar_otel.export._traces import resolve_service_name
 from rulvar_otel.otel._parentage import Parentage, resolve_parent
 
-__all__ = ["export_run", "export_run_async"]
+__all__ = ["INTERRUPT_GRACE_S", "export_run", "export_run_async"]
+
+# After one Ctrl-C, what was read has this long to reach the receivers before exchanges are cut.
+INTERRUPT_GRACE_S: Final = 2.0
 
 
 class _Export:
@@ -80,6 +83,16 @@ class _Export:
     def stop_linger(self) -> None:
         if self.metrics is not None:
             self.metrics.stop_linger.set()
+
+    def interrupt(self, *, again: bool = False) -> None:
+        """A Ctrl-C: stop lingering; what is in flight gets a short grace (none ``again``), then is cut."""
+        self.stop_linger()
+        grace = 0.0 if again else INTERRUPT_GRACE_S
+        if self.metrics is not None:
+            self.metrics.interrupt.interrupt(grace)
+        cut = getattr(self.pipeline, "interrupt", None)
+        if callable(cut):
+            cut(grace)
 
     def fail(self, kind: FailureKind, text: str) -> None:
         self.failures.append(ExportFailure(kind, self.clean(text)))
@@ -234,6 +247,7 @@ async def export_run_async(
                 export.feed(event)
         except asyncio.CancelledError:
             interrupted = True
+            export.interrupt()
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()
@@ -248,6 +262,7 @@ async def export_run_async(
                 outcome = await handle.result
             except asyncio.CancelledError:
                 interrupted = True
+                export.interrupt()
             except Exception as exc:  # noqa: BLE001 - a rejected result is a fact of the run
                 outcome = exc
         primary = _run_id(handle)
@@ -255,7 +270,7 @@ async def export_run_async(
         try:
             return await asyncio.to_thread(export.close, outcome, primary, source_error, interrupted, settled)
         except asyncio.CancelledError:
-            export.stop_linger()
+            export.interrupt()
             raise
 
 
@@ -279,8 +294,9 @@ class _Interrupt:
     """SIGINT during a synchronous export: the first stops reading (a blocked read included).
 
     A first Ctrl-C while an event is being mapped lets that event finish; while the source is
-    read, it ends the read at once. Either way what was read is exported. A second Ctrl-C
-    raises ``KeyboardInterrupt`` as usual.
+    read, it ends the read at once. Either way what was read is exported, within
+    :data:`INTERRUPT_GRACE_S` (then exchanges still open are cut and reported undelivered). A
+    second Ctrl-C cuts them at once and raises ``KeyboardInterrupt`` as usual.
     """
 
     def __init__(self, export: _Export) -> None:
@@ -293,7 +309,7 @@ class _Interrupt:
     def handler(self, signum: int, frame: FrameType | None) -> None:
         already = self.requested
         self.requested = True
-        self._export.stop_linger()
+        self._export.interrupt(again=already)
         if already or self.reading:
             raise KeyboardInterrupt
 

@@ -47,6 +47,10 @@ class _SdkPipeline:
     def close(self, *, keep_output: bool) -> DeliveryReport:
         return self.delivery.finish(keep_output=keep_output)
 
+    def interrupt(self, grace_s: float) -> None:
+        """A Ctrl-C: in-flight OTLP exchanges get ``grace_s`` more, then are cut."""
+        self.delivery.interrupt(grace_s)
+
     @property
     def trace_ids(self) -> tuple[str, ...]:
         return tuple(self.delivery.trace_ids)

@@ -13,7 +13,8 @@ Nothing is dropped: the sampler is always-on, the span-event limit is lifted unl
 keep at most :data:`DEFAULT_VALUE_LENGTH_LIMIT` characters unless
 ``OTEL_(SPAN_)ATTRIBUTE_VALUE_LENGTH_LIMIT`` says otherwise. A dead endpoint costs one export
 timeout: after the first failed batch the rest fail at once, and :meth:`TraceDelivery.finish`
-reports it.
+reports it. Delivered means kept: spans a receiver rejects in an OTLP ``partial_success`` are
+counted as not delivered, and every OTLP answer is bounded in time and size (``_transport``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,15 @@ from rulvar_otel.export._settings import (
     read_millis,
     resolve_endpoint,
     resolve_protocol,
+)
+from rulvar_otel.export._transport import (
+    MAX_RESPONSE_BYTES,
+    BoundedHttpTransport,
+    DeliveryInterrupt,
+    DeliveryInterruptedError,
+    Rejections,
+    capture_grpc_rejections,
+    tls_settings,
 )
 from rulvar_otel.otel import semconv
 from rulvar_otel.otel._resource import compose_resource
@@ -182,7 +192,19 @@ def resolve_project(options: ExportOptions, environ: Mapping[str, str] | None = 
     return options.project or options.service_name or (found[1] if found else None)
 
 
-def _make_otlp_exporter(target: OtlpTarget, *, direct: bool = False) -> SpanExporter:
+def _make_otlp_exporter(
+    target: OtlpTarget,
+    rejections: Rejections,
+    env: Mapping[str, str],
+    interrupt: DeliveryInterrupt,
+    *,
+    direct: bool = False,
+) -> SpanExporter:
+    """The library's OTLP exporter for ``target``, recording ``partial_success`` rejections.
+
+    HTTP goes through :class:`BoundedHttpTransport` (time, size and redirect bounds); gRPC gets
+    the same answer bound from its receive limit and its deadline.
+    """
     if target.protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
             OTLPSpanExporter as GrpcSpanExporter,
@@ -191,20 +213,37 @@ def _make_otlp_exporter(target: OtlpTarget, *, direct: bool = False) -> SpanExpo
         from rulvar_otel.otel.direct import grpc_span_exporter
 
         make: Callable[..., SpanExporter] = grpc_span_exporter if direct else GrpcSpanExporter
-        return make(
+        exporter = make(
             endpoint=target.endpoint,
             insecure=urlsplit(target.endpoint).scheme == "http",
             headers=dict(target.headers),
             timeout=target.timeout_s,
             # The collector's default limit is 4 MiB; the gRPC client's own send limit must not
-            # be the thing that drops a batch.
-            channel_options=(("grpc.max_send_message_length", -1),),  # type: ignore[arg-type]
+            # be the thing that drops a batch. An answer is small: its limit bounds a hostile one.
+            channel_options=(
+                ("grpc.max_send_message_length", -1),
+                ("grpc.max_receive_message_length", MAX_RESPONSE_BYTES),
+            ),  # type: ignore[arg-type]
         )
+        capture_grpc_rejections(exporter, "rejected_spans", rejections, interrupt)
+        return exporter
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
         OTLPSpanExporter as HttpSpanExporter,
     )
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-    return HttpSpanExporter(endpoint=target.endpoint, headers=dict(target.headers), timeout=target.timeout_s)
+    verify, cert = tls_settings(env, "TRACES")
+    transport = BoundedHttpTransport(
+        ExportTraceServiceResponse,
+        "rejected_spans",
+        rejections,
+        verify=verify,
+        cert=cert,
+        interrupt=interrupt,
+    )
+    return HttpSpanExporter(
+        endpoint=target.endpoint, headers=dict(target.headers), timeout=target.timeout_s, _transport=transport
+    )
 
 
 class _TrackedExporter(SpanExporter):
@@ -214,13 +253,15 @@ class _TrackedExporter(SpanExporter):
     the export has failed either way.
     """
 
-    def __init__(self, inner: SpanExporter, target: str) -> None:
+    def __init__(self, inner: SpanExporter, target: str, rejections: Rejections | None = None) -> None:
         self._inner = inner
         self.target = target
+        self._rejections = rejections
         self._lock = threading.Lock()
         self.delivered = 0
         self.failed = 0
         self.broken = False
+        self.rejected = 0
         self.error: str | None = None
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
@@ -232,15 +273,24 @@ class _TrackedExporter(SpanExporter):
             result = self._inner.export(spans)
         except Exception as exc:  # noqa: BLE001 - an exporter bug is a failed export, not a crash
             result = SpanExportResult.FAILURE
-            self.error = f"{type(exc).__name__}: {exc}"
+            interrupted = isinstance(exc, DeliveryInterruptedError)
+            self.error = str(exc) if interrupted else f"{type(exc).__name__}: {exc}"
+        rejected, why = self._rejections.take() if self._rejections is not None else (0, None)
         with self._lock:
             if result is SpanExportResult.SUCCESS:
-                self.delivered += len(spans)
+                # partial_success: the receiver answered, but did not keep every span.
+                rejected = min(rejected, len(spans))
+                self.delivered += len(spans) - rejected
+                if rejected:
+                    self.failed += rejected
+                    self.rejected += rejected
+                    said = f" ({why})" if why else ""
+                    self.error = f"the receiver rejected {self.rejected} spans{said}"
             else:
                 self.failed += len(spans)
                 self.broken = True
                 if self.error is None:
-                    self.error = getattr(self._inner, "error", None)
+                    self.error = _transport_error(self._inner)
         return result
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -248,6 +298,17 @@ class _TrackedExporter(SpanExporter):
 
     def shutdown(self) -> None:
         self._inner.shutdown()
+
+
+def _transport_error(exporter: SpanExporter) -> str | None:
+    """Why the exporter's last exchange failed, when its transport knows (the HTTP one does)."""
+    found = getattr(exporter, "error", None)
+    if isinstance(found, str):
+        return found
+    client = getattr(exporter, "_client", None)
+    transport = getattr(client, "_transport", None)
+    error = getattr(transport, "last_error", None)
+    return error if isinstance(error, str) else None
 
 
 class _Recorder(SpanProcessor):
@@ -294,6 +355,8 @@ class TraceDelivery:
         self._recorder = recorder
         self._files = tuple(files)
         self._report: DeliveryReport | None = None
+        # Gives in-flight OTLP exchanges ``grace_s`` more, then cuts them (a Ctrl-C).
+        self.interrupt: Callable[[float], None] = lambda grace_s: None
 
     @property
     def tracer(self) -> Tracer:
@@ -393,6 +456,8 @@ class Destinations:
     name_limit: int
     queue: int
     batch: int
+    # A Ctrl-C cuts the OTLP exchanges through this (see _transport.DeliveryInterrupt).
+    interrupt: DeliveryInterrupt = field(default_factory=DeliveryInterrupt)
 
 
 def resolve_destinations(
@@ -416,8 +481,11 @@ def resolve_destinations(
 
     exporters: list[_TrackedExporter] = []
     files: list[tuple[OtlpJsonFileExporter, _TrackedExporter]] = []
+    interrupt = DeliveryInterrupt()
     if otlp is not None:
-        exporters.append(_TrackedExporter(_make_otlp_exporter(otlp, direct=direct), otlp.describe()))
+        rejections = Rejections()
+        exporter = _make_otlp_exporter(otlp, rejections, env, interrupt, direct=direct)
+        exporters.append(_TrackedExporter(exporter, otlp.describe(), rejections))
     if file_path is not None:
         file_exporter = OtlpJsonFileExporter(file_path, atomic=True)
         tracked = _TrackedExporter(file_exporter, f"file {file_path}")
@@ -437,6 +505,7 @@ def resolve_destinations(
         name_limit,
         queue,
         min(batch, queue),
+        interrupt,
     )
 
 
@@ -456,6 +525,7 @@ def build_trace_delivery(
     opts = options or ExportOptions()
     found = resolve_destinations(opts, environ=environ, default_path=default_path)
     otlp, exporters, files = found.otlp, found.exporters, found.files
+    interrupt = found.interrupt
     queue, batch, limits, name_limit = found.queue, found.batch, found.limits, found.name_limit
     provider = TracerProvider(
         resource=found.resource,
@@ -473,7 +543,9 @@ def build_trace_delivery(
         )
         provider.add_span_processor(processor)
         processors.append(processor)
-    return TraceDelivery(provider, exporters, processors, recorder, otlp, files)
+    delivery = TraceDelivery(provider, exporters, processors, recorder, otlp, files)
+    delivery.interrupt = interrupt.interrupt
+    return delivery
 
 
 def check_output_is_not_input(

@@ -35,6 +35,9 @@ Dashboards and alert rules (``_dashboards``)
     ``generator_module``, ``dashboards``, ``data_panels``, ``panel_queries``, ``series_sources``
     (``RECORDER``, ``ENGINE``, ``COLLECTOR``), ``query_source``, ``panels_fed_by``, ``runnable``,
     ``spanmetrics_panel_queries``, ``DASHBOARDS``, ``PROMETHEUS_DIR``, ``ALERTS``, ``ALERTS_TEST``.
+OTLP receivers that answer badly (``_hostile_receivers``)
+    ``HostileHttpReceiver`` / ``HttpAnswer``, ``HostileGrpcReceiver`` / ``GrpcAnswer``,
+    ``REJECTION_MESSAGE``.
 OTLP receivers on loopback (``_receivers``)
     ``GrpcTraceReceiver``, ``HttpTraceReceiver``, ``TraceReceiver``, ``ReceivedSpan``,
     ``GrpcMetricsReceiver``, ``attributes_of``, ``span_index``, ``closed_port``.
@@ -111,6 +114,13 @@ from tests._support._harness import (
     t,
     write_stream,
 )
+from tests._support._hostile_receivers import (
+    REJECTION_MESSAGE,
+    GrpcAnswer,
+    HostileGrpcReceiver,
+    HostileHttpReceiver,
+    HttpAnswer,
+)
 from tests._support._metric_streams import (
     T0,
     adaptive_outcome,
@@ -186,6 +196,11 @@ __all__ = [
     "Credential",
     "credential",
     "credential_kinds",
+    "REJECTION_MESSAGE",
+    "GrpcAnswer",
+    "HostileGrpcReceiver",
+    "HostileHttpReceiver",
+    "HttpAnswer",
     "reference_span_count",
     "require_tool",
     "FAKE_API_KEY",
