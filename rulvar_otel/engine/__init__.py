@@ -30,6 +30,7 @@ Example::
 keywords. Errors a workflow sees are the :class:`~rulvar_otel.errors.WorkflowError` family.
 """
 
+from rulvar_otel.engine._orchestrate import Limits, OrchestrateOptions, orchestrate, orchestration_workflow
 from rulvar_otel.engine.context import AgentOptions, Context
 from rulvar_otel.engine.cost import AgentRecord, CostReport, Slice, fold_cost_report
 from rulvar_otel.engine.engine import Engine, EngineRunHandle, RetryPolicy, create_engine
@@ -93,10 +94,12 @@ __all__ = [
     "JournalKind",
     "JournalStore",
     "JsonlJournalStore",
+    "Limits",
     "ModelAdapter",
     "ModelRequest",
     "ModelTurn",
     "OpenAICompatAdapter",
+    "OrchestrateOptions",
     "Permissions",
     "Price",
     "PricingTable",
@@ -123,6 +126,8 @@ __all__ = [
     "WorkflowError",
     "create_engine",
     "fold_cost_report",
+    "orchestrate",
+    "orchestration_workflow",
     "tool",
     "workflow",
 ]
