@@ -81,7 +81,7 @@ def abandon(orch: Orchestration, node: PlanNode, child: Child, *, entry_ref: int
         )
 
 
-def digest(orch: Orchestration) -> dict[str, Any]:
+def digest(orch: Orchestration, *, timed_out: bool = False) -> dict[str, Any]:
     """The wake digest of the children landed since the last wake (spawn order), and its budget."""
     landed = sorted(orch.landed_now, key=lambda c: c.ordinal)
     orch.landed_now = []

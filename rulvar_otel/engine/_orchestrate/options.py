@@ -41,6 +41,7 @@ class OrchestrateOptions:
     dropped_revision_limit: int = 3
     fallback: str = "finish-with-partial"
     render_budget_chars: int = 400
+    wake_timeout_s: float = 300.0
     system: str | None = None
 
     def __post_init__(self) -> None:
@@ -55,6 +56,8 @@ class OrchestrateOptions:
             raise ConfigError("max_revisions and render_budget_chars must be >= 0")
         if not self.cap_usd > 0 or not 0 < self.cap_fraction <= 1 or self.finalize_reserve_usd < 0:
             raise ConfigError("cap_usd must be > 0, cap_fraction in (0, 1], finalize_reserve_usd >= 0")
+        if not self.wake_timeout_s > 0:
+            raise ConfigError("wake_timeout_s must be > 0")
         limits = self.limits
         if min(limits.max_total_spawns, limits.max_depth, limits.max_attempts_per_task) < 1:
             raise ConfigError("admission limits must be >= 1")

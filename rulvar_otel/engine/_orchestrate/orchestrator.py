@@ -55,6 +55,7 @@ class TurnRequests:
     """What the tools of the current wake turn asked for (applied after the turn ends)."""
 
     wait: str | None = None
+    timeout_s: float | None = None
     finish: str | None = None
     decided: int = 0
 
@@ -82,6 +83,7 @@ class Orchestration:
     dropped_streak: int = 0
     frozen: bool = False
     must_finish: bool = False
+    failure: WorkflowError | None = None
     finished: bool = False
     replaying: bool = False
     result: dict[str, Any] = field(default_factory=dict[str, Any])
@@ -125,6 +127,8 @@ class Orchestration:
         if not journaled:
             self.pending_digest = f"Goal: {self.goal}"
         while not self.finished:
+            if self.failure is not None:
+                raise self.failure
             await self._live_step()
         return self.result
 
@@ -151,10 +155,10 @@ class Orchestration:
             )
             return
         await self.decide({"op": "wait", "mode": self.requests.wait or "events"})
-        await self._wait(self.requests.wait or "events")
+        timed_out = await self._wait(self.requests.wait or "events", self.requests.timeout_s)
         await self._land_inbox()
         await self._schedule_ready()
-        await self.decide({"op": "wake", **self._digest()})
+        await self.decide({"op": "wake", **self._digest(timed_out)})
 
     async def decide(self, data: dict[str, Any]) -> JournalEntry:
         """Journal one decision, then apply it (the one order: fact before effect)."""
@@ -431,10 +435,19 @@ class Orchestration:
     def running(self) -> list[Child]:
         return [c for c in self.children.values() if not c.landed and c not in self.inbox]
 
-    async def _wait(self, mode: str) -> None:
-        while self.running() and (mode == "all" or not self.inbox):
-            self.landed_event.clear()
-            await self.landed_event.wait()
+    async def _wait(self, mode: str, timeout_s: float | None) -> bool:
+        """Sleep until the mode's condition holds; True when the bound passed first."""
+        bound = (
+            self.options.wake_timeout_s if timeout_s is None else min(timeout_s, self.options.wake_timeout_s)
+        )
+        try:
+            async with asyncio.timeout(bound):
+                while self.running() and (mode == "all" or not self.inbox):
+                    self.landed_event.clear()
+                    await self.landed_event.wait()
+        except TimeoutError:
+            return True
+        return False
 
     async def _land_inbox(self) -> None:
         for child in sorted(self.inbox, key=lambda c: c.ordinal):
@@ -471,10 +484,10 @@ class Orchestration:
                 self.inbox.remove(child)
         land(self, entry, child, data)
 
-    def _digest(self) -> dict[str, Any]:
+    def _digest(self, timed_out: bool) -> dict[str, Any]:
         from rulvar_otel.engine._orchestrate.landing import digest
 
-        return digest(self)
+        return digest(self, timed_out=timed_out)
 
     def _apply_wake(self, entry: JournalEntry, data: dict[str, Any]) -> None:
         self.digest_seq = int(data["digestSeq"])

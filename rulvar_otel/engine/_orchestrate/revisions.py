@@ -116,7 +116,8 @@ def apply_revision(orch: Orchestration, entry: JournalEntry) -> None:
         orch.frozen = True
         orch.must_finish = True
         if orch.options.fallback == "fail-run":
-            raise WorkflowError(
+            # Raised by the loop once the turn ends: a tool call must not swallow it.
+            orch.failure = WorkflowError(
                 f"the plan guards ended the orchestration ({tripped[0]}: {tripped[1]})",
                 code="fail_run",
                 data={"source": "plan_guards", "verdictRef": entry.seq},

@@ -50,9 +50,10 @@ def turn_tools(orch: Orchestration) -> tuple[Tool, ...]:
             {"entryRef": entry.seq, "nodeId": node_id, "logicalTaskId": task_id, **admission.to_json()}
         )
 
-    def wait_for_events() -> str:
-        """Sleep until children land; you are woken with a digest. End your turn after this call."""
+    def wait_for_events(timeout_s: float | None = None) -> str:
+        """Sleep until children land (or ``timeout_s`` passes); you are woken with a digest. End your turn."""
         orch.requests.wait = "events"
+        orch.requests.timeout_s = timeout_s if timeout_s is None or timeout_s > 0 else None
         return "sleeping until the next event; end this turn"
 
     def await_all() -> str:
