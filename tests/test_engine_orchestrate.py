@@ -394,4 +394,4 @@ def test_the_metric_fold_of_an_orchestration_gives_the_documented_metrics(meter_
         values = [p if isinstance(p, float | int) else p[1] for p in points.get(name, {}).values()]
         assert values and any(v != 0 for v in values), name
     # The whole abandoned branch was reclaimed by reference: nothing is lost net.
-    assert [p for p in points[sc.METRIC_NET_LOST_COST].values()] == [0.0]
+    assert list(points[sc.METRIC_NET_LOST_COST].values()) == [0.0]
