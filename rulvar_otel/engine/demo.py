@@ -5,7 +5,8 @@ It exercises every span kind the exporter maps: phases, an agent that compacts i
 throttled once by the quota limiter), a child workflow whose writer returns schema-validated
 output (``extract``), and an orchestrated sweep: an orchestrator fans triage workers out over the
 services, two of them escalate and are cancelled (abandoned), one is re-added and reclaimed by
-reference, the ledger gets a brief and facts, a spawn is rejected and a revision drops an op. :func:`build_demo` assembles the engine, the workflow and its arguments.
+reference, the ledger gets a brief and facts, a spawn is rejected and a revision drops an op.
+:func:`build_demo` assembles the engine, the workflow and its arguments.
 """
 
 from __future__ import annotations
