@@ -3,12 +3,15 @@ guards, the cost report's orchestrator block, and a zero-call dry-run replay."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from rulvar_otel.engine import Hang, Limits, OrchestrateOptions, Reply, ToolCalls
+from rulvar_otel.engine.demo import build_demo
 from rulvar_otel.otel import semconv as sc
 from rulvar_otel.testing import metric_points
-from tests._support import export
+from tests._support import TickClock, export, settle
 from tests._support._metric_streams import feed
 from tests._support._orchestrate import adaptive, of_type, orchestrated, replayed
 
@@ -395,3 +398,36 @@ def test_the_metric_fold_of_an_orchestration_gives_the_documented_metrics(meter_
         assert values and any(v != 0 for v in values), name
     # The whole abandoned branch was reclaimed by reference: nothing is lost net.
     assert list(points[sc.METRIC_NET_LOST_COST].values()) == [0.0]
+
+
+def test_the_demo_writes_every_orchestration_event_and_its_fold_feeds_the_documented_metrics(  # type: ignore[no-untyped-def]
+    meter_and_reader,
+) -> None:
+    meter, reader = meter_and_reader
+
+    async def go():  # type: ignore[no-untyped-def]
+        setup = build_demo(clock=TickClock(), quota_retry_after_ms=0)
+        return await settle(setup.engine.run(setup.workflow, setup.args, run_id="demo-orch"))
+
+    events, outcome = asyncio.run(go())
+    kinds = {e["type"] for e in events}
+    required = {
+        "orchestrator:woke", "spawn:admitted", "spawn:rejected", "plan:revised", "ledger:op",
+        "escalation:raised", "escalation:decided", "node:cancelled", "node:linked", "orchestrator:budget",
+    }  # fmt: skip
+    assert required <= kinds
+    assert outcome.cost["orchestrator"]["share"] > 0 and outcome.cost["abandoned"]["usd"] > 0
+    assert of_type(events, "plan:revised")[0]["dropped"] == 1
+    feed(meter, events, outcome)
+    points = metric_points(reader)
+    for name in (
+        sc.METRIC_LEDGER_OPS_PER_SPAWN,
+        sc.METRIC_WAKE_RENDER_SIZE,
+        sc.METRIC_ESCALATIONS,
+        sc.METRIC_ORCHESTRATOR_SHARE,
+        sc.METRIC_ABANDONED_COST,
+        sc.METRIC_RECLAIMED_COST,
+        sc.METRIC_NET_LOST_COST,
+    ):
+        values = [p if isinstance(p, float | int) else p[1] for p in points.get(name, {}).values()]
+        assert values and any(v > 0 for v in values), name
