@@ -6,8 +6,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rulvar_otel.engine import Hang, Limits, OrchestrateOptions, Reply, ToolCalls
+from rulvar_otel.engine._orchestrate.plan import Plan, PlanNode
 from rulvar_otel.engine.demo import build_demo
 from rulvar_otel.otel import semconv as sc
 from rulvar_otel.testing import metric_points
@@ -431,3 +434,37 @@ def test_the_demo_writes_every_orchestration_event_and_its_fold_feeds_the_docume
     ):
         values = [p if isinstance(p, float | int) else p[1] for p in points.get(name, {}).values()]
         assert values and any(v > 0 for v in values), name
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+_OP = st.fixed_dictionaries(
+    {"op": st.sampled_from(["add", "amend", "park", "unpark", "cancel", "rewire", "waive", "resolve", "x"])},
+    optional={
+        "node": st.sampled_from(["a", "b", "zz"]) | _JSON,
+        "deps": st.lists(st.sampled_from(["a", "b", "zz"]), max_size=3) | _JSON,
+        "dep": st.sampled_from(["a", "b"]),
+        "prompt": st.text(max_size=5) | _JSON,
+        "agent_type": st.sampled_from(["w", ""]),
+        "decision": st.sampled_from(["retry", "accept", "nope"]),
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=st.lists(_OP | _JSON, max_size=6) | _JSON)
+def test_rebase_decides_every_op_and_never_mutates_or_raises(ops: object) -> None:
+    plan = Plan()
+    plan.add(PlanNode("a", "ta", "w", "p"))
+    plan.add(PlanNode("b", "tb", "w", "q", ["a"]))
+    before = plan.hash
+    outcomes = plan.rebase(ops, frozen=False, escalations={"a": False})
+    assert plan.hash == before
+    count = len(ops) if isinstance(ops, list) else 1
+    assert len(outcomes) == max(count, 0) or (count == 0 and outcomes == [])
+    for outcome in outcomes:
+        assert outcome.outcome in ("applied", "transformed", "dropped")
+        assert (outcome.reason is not None) == (outcome.outcome != "applied")
