@@ -27,7 +27,9 @@ Example::
     asyncio.run(main())
 
 ``ctx.agent`` takes an :class:`AgentOptions` (shareable between dispatches) and/or its fields as
-keywords. Errors a workflow sees are the :class:`~rulvar_otel.errors.WorkflowError` family.
+keywords. ``ctx.orchestrate(goal, OrchestrateOptions(...))`` (or :func:`orchestrate`) runs a dynamic
+orchestration whose plan and decisions the engine owns and journals. Errors a workflow sees are
+the :class:`~rulvar_otel.errors.WorkflowError` family.
 """
 
 from rulvar_otel.engine._orchestrate import Limits, OrchestrateOptions, orchestrate, orchestration_workflow
