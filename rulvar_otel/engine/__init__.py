@@ -27,9 +27,12 @@ Example::
     asyncio.run(main())
 
 ``ctx.agent`` takes an :class:`AgentOptions` (shareable between dispatches) and/or its fields as
-keywords. Errors a workflow sees are the :class:`~rulvar_otel.errors.WorkflowError` family.
+keywords. ``ctx.orchestrate(goal, OrchestrateOptions(...))`` (or :func:`orchestrate`) runs a dynamic
+orchestration whose plan and decisions the engine owns and journals. Errors a workflow sees are
+the :class:`~rulvar_otel.errors.WorkflowError` family.
 """
 
+from rulvar_otel.engine._orchestrate import Limits, OrchestrateOptions, orchestrate, orchestration_workflow
 from rulvar_otel.engine.context import AgentOptions, Context
 from rulvar_otel.engine.cost import AgentRecord, CostReport, Slice, fold_cost_report
 from rulvar_otel.engine.engine import Engine, EngineRunHandle, RetryPolicy, create_engine
@@ -93,10 +96,12 @@ __all__ = [
     "JournalKind",
     "JournalStore",
     "JsonlJournalStore",
+    "Limits",
     "ModelAdapter",
     "ModelRequest",
     "ModelTurn",
     "OpenAICompatAdapter",
+    "OrchestrateOptions",
     "Permissions",
     "Price",
     "PricingTable",
@@ -123,6 +128,8 @@ __all__ = [
     "WorkflowError",
     "create_engine",
     "fold_cost_report",
+    "orchestrate",
+    "orchestration_workflow",
     "tool",
     "workflow",
 ]

@@ -302,6 +302,16 @@ class Context:
         chosen = (options or AgentOptions()).with_overrides(overrides)
         return await AgentDispatch(self._run, self._scope(), prompt, chosen).dispatch()
 
+    async def orchestrate(self, goal: str, options: Any = None) -> dict[str, Any]:
+        """Orchestrate ``goal`` dynamically: the engine owns the plan, the orchestrator proposes.
+
+        ``options`` is an ``OrchestrateOptions``. Returns ``verdict``, ``completion``,
+        ``childStatusCounts``, ``summary``, ``forcedFinish`` and the done nodes' ``results``.
+        """
+        from rulvar_otel.engine._orchestrate import run_orchestration
+
+        return await run_orchestration(self._run, self._scope(), goal, options)
+
 
 async def _run_branch(scope: Scope, awaitable: Awaitable[T], detect: bool) -> T:
     CURRENT_SCOPE.set(scope)

@@ -21,6 +21,7 @@ __all__ = [
     "ROLES",
     "UNJOURNALED_ORDER",
     "AgentRecord",
+    "OrchestrationFacts",
     "CostReport",
     "Slice",
     "build_envelope",
@@ -80,6 +81,21 @@ class AgentRecord:
     order: int = 0
 
 
+@dataclass
+class OrchestrationFacts:
+    """What the run's orchestrations add to the fold: their own scopes, the abandoned ones, wakes."""
+
+    orchestrator_scopes: set[str] = field(default_factory=set[str])
+    abandoned_scopes: set[str] = field(default_factory=set[str])
+    wakes: int = 0
+    forced_finish: bool = False
+    reserve_used_usd: float = 0.0
+
+
+# The share's denominator floor: a run that spent almost nothing does not read as 100% orchestrator.
+_SHARE_FLOOR_USD = 0.01
+
+
 class _Camel(BaseModel):
     model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True)
 
@@ -123,7 +139,13 @@ class CostReport(_Camel):
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
-def fold_cost_report(records: Iterable[AgentRecord]) -> CostReport:
+def fold_cost_report(
+    records: Iterable[AgentRecord], orchestration: OrchestrationFacts | None = None
+) -> CostReport:
+    """Fold the records; an orchestration's abandoned scopes go to ``abandoned``, not the total."""
+    facts = orchestration or OrchestrationFacts()
+    abandoned = 0.0
+    orchestrator_usd = 0.0
     total = 0.0
     by_model: dict[str, float] = {}
     by_phase: dict[str, float] = {}
@@ -139,6 +161,11 @@ def fold_cost_report(records: Iterable[AgentRecord]) -> CostReport:
         phase = record.phase or "unknown"
         agent_type = record.agent_type or "unknown"
         scope = record.scope or "root"
+        if record.scope in facts.abandoned_scopes:
+            abandoned += sum(part.cost_usd or 0.0 for part in record.slices)
+            continue
+        if record.scope in facts.orchestrator_scopes:
+            orchestrator_usd += sum(part.cost_usd or 0.0 for part in record.slices)
         for bucket, name in ((by_phase, phase), (by_agent_type, agent_type), (by_scope, scope)):
             bucket.setdefault(name, 0.0)
         for part in record.slices:
@@ -153,9 +180,20 @@ def fold_cost_report(records: Iterable[AgentRecord]) -> CostReport:
             by_phase[phase] += part.cost_usd
             by_agent_type[agent_type] += part.cost_usd
             by_scope[scope] += part.cost_usd
+    block = OrchestratorBlock()
+    if orchestration is not None:
+        block = OrchestratorBlock(
+            spent_usd=orchestrator_usd,
+            share=orchestrator_usd / max(total, _SHARE_FLOOR_USD),
+            wakes=facts.wakes,
+            forced_finish=facts.forced_finish,
+            reserve_used_usd=facts.reserve_used_usd,
+        )
     return CostReport(
         total_usd=total,
-        gross_usd=total,
+        gross_usd=total + abandoned,
+        abandoned=Abandoned(usd=abandoned),
+        orchestrator=block,
         wire_requests=wires,
         by_model=by_model,
         by_phase=by_phase,

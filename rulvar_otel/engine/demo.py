@@ -2,8 +2,11 @@
 
 It exercises every span kind the exporter maps: phases, an agent that compacts its context
 (``summarize``), two parallel investigators with tools (one call denied by a deny rule, one agent
-throttled once by the quota limiter), and a child workflow whose writer returns schema-validated
-output (``extract``). :func:`build_demo` assembles the engine, the workflow and its arguments.
+throttled once by the quota limiter), a child workflow whose writer returns schema-validated
+output (``extract``), and an orchestrated sweep: an orchestrator fans triage workers out over the
+services, two of them escalate and are cancelled (abandoned), one is re-added and reclaimed by
+reference, the ledger gets a brief and facts, a spawn is rejected and a revision drops an op.
+:func:`build_demo` assembles the engine, the workflow and its arguments.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from rulvar_otel.core.events import Usage
-from rulvar_otel.engine.context import Context
+from rulvar_otel.engine._orchestrate import OrchestrateOptions
+from rulvar_otel.engine.context import AgentOptions, Context
 from rulvar_otel.engine.engine import Engine, create_engine
 from rulvar_otel.engine.journal import JournalStore
 from rulvar_otel.engine.limits import ScriptedQuota
@@ -25,7 +29,15 @@ from rulvar_otel.engine.scripted import Reply, ScriptedAdapter, ScriptTurn, Tool
 from rulvar_otel.engine.tools import Permissions, tool
 from rulvar_otel.engine.workflow import Workflow, workflow
 
-__all__ = ["DEMO_PRICING", "DEMO_WORKFLOWS", "DemoSetup", "IncidentReport", "build_demo", "demo_adapter"]
+__all__ = [
+    "DEMO_ORCHESTRATION",
+    "DEMO_PRICING",
+    "DEMO_WORKFLOWS",
+    "DemoSetup",
+    "IncidentReport",
+    "build_demo",
+    "demo_adapter",
+]
 
 DEMO_PRICING = PricingTable(
     {
@@ -115,8 +127,93 @@ async def incident_review(ctx: Context, args: Any) -> Any:
         )
     async with ctx.phase("report"):
         report = await ctx.workflow(incident_report, {"triage": triage, "findings": findings})
+    async with ctx.phase("sweep"):
+        sweep = await ctx.orchestrate("Triage every service behind the payments alert", DEMO_ORCHESTRATION)
     ctx.log("info", "incident review complete", {"findings": len(findings)})
-    return {"triage": triage, "findings": findings, "report": report, "completion": "complete"}
+    return {
+        "triage": triage,
+        "findings": findings,
+        "report": report,
+        "sweep": sweep["childStatusCounts"],
+        "completion": "complete",
+    }
+
+
+_SWEEP_SERVICES = ("api", "db", "cache")
+
+DEMO_ORCHESTRATION = OrchestrateOptions(
+    model="demo:planner",
+    profiles={
+        f"triage-{service}": AgentOptions(model="demo:worker", tools=(search_logs,))
+        for service in _SWEEP_SERVICES
+    },
+    strict_profiles=True,
+)
+
+
+def _sweep_script() -> dict[str, list[ScriptTurn]]:
+    """The orchestrated sweep: three wake turns of scripted tool calls and the workers' answers."""
+    spawns = [
+        ("spawn_agent", {"agent_type": f"triage-{s}", "prompt": f"Triage {s}"}) for s in _SWEEP_SERVICES
+    ]
+    escalate = ("escalate", {"kind": "scope_bigger", "reason": "the pool sizing spans three teams"})
+    resolve = {"op": "resolve", "node": "orch#0.n2", "decision": "cancel"}
+    return {
+        "orchestrator": [
+            ToolCalls(
+                [
+                    ("ledger_append", {"op": "brief_set", "text": "Find which service starves the pool"}),
+                    ("ledger_append", {"op": "fact_add", "text": "502s started at 09:12"}),
+                    *spawns,
+                    ("spawn_agent", {"agent_type": "pager", "prompt": "Page the db team"}),
+                    ("await_all", {}),
+                ],
+                usage=(2400, 160),
+            ),
+            Reply("waiting for the sweep", usage=(2600, 20)),
+            ToolCalls(
+                [
+                    (
+                        "plan_revise",
+                        {
+                            "ops": [
+                                resolve,
+                                {"op": "cancel", "node": "orch#0.n3"},
+                                {"op": "cancel", "node": "payments-gateway"},
+                            ]
+                        },
+                    ),
+                    ("await_all", {}),
+                ],
+                usage=(3100, 120),
+            ),
+            Reply("branches closed", usage=(3200, 20)),
+            ToolCalls(
+                [
+                    ("ledger_append", {"op": "fact_add", "text": "db and cache escalated; db re-added"}),
+                    spawns[1],
+                    ("finish", {"summary": "api healthy; db pool undersized"}),
+                ],
+                usage=(3400, 140),
+            ),
+            Reply("sweep finished", usage=(3500, 30)),
+        ],
+        "triage-api": [
+            ToolCalls([("search_logs", {"query": "api 502"})], usage=(600, 40)),
+            Reply("api healthy: 502s come from upstream", usage=(900, 60)),
+        ],
+        "triage-db": [
+            ToolCalls([escalate], usage=(800, 50)),
+            Reply("escalated: pool sizing", usage=(1000, 40)),
+        ],
+        "triage-cache": [
+            ToolCalls(
+                [("escalate", {"kind": "blocked_with_evidence", "reason": "no cache metrics"})],
+                usage=(700, 40),
+            ),
+            Reply("escalated: blocked", usage=(800, 30)),
+        ],
+    }
 
 
 DEMO_WORKFLOWS: dict[str, Workflow] = {w.name: w for w in (incident_review, incident_report)}
@@ -158,7 +255,7 @@ def demo_adapter() -> ScriptedAdapter:
             Reply(report.model_dump_json(), usage=(1900, 110)),
         ],
     }
-    return ScriptedAdapter("demo", default_model="worker", script=script)
+    return ScriptedAdapter("demo", default_model="worker", script={**script, **_sweep_script()})
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ class JournalKind(StrEnum):
     RESOLUTION = "resolution"
     NOW = "now"
     RANDOM = "random"
+    ORCH = "orch"
 
 
 class JournalEntry(BaseModel):

@@ -18,7 +18,14 @@ from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.engine import determinism
 from rulvar_otel.engine.budget import BudgetAccount
 from rulvar_otel.engine.bus import EventBus
-from rulvar_otel.engine.cost import AgentRecord, CostReport, build_envelope, fold_cost_report, total_usage
+from rulvar_otel.engine.cost import (
+    AgentRecord,
+    CostReport,
+    OrchestrationFacts,
+    build_envelope,
+    fold_cost_report,
+    total_usage,
+)
 from rulvar_otel.engine.journal import JournalEntry, JournalKind
 from rulvar_otel.engine.journal_view import JournalView
 from rulvar_otel.engine.limits import ExposureGate
@@ -102,6 +109,8 @@ class RunSegment:
         self.budget = BudgetAccount(budget_usd, self.report_budget)
         self.records: list[AgentRecord] = []
         self.agents_spawned = 0
+        # Set by the first ctx.orchestrate of the run: what its orchestrations add to the cost fold.
+        self.orchestration: OrchestrationFacts | None = None
         self.suspensions = Suspensions(self)
         cap = engine.max_in_flight_exposure_usd
         self.exposure = ExposureGate(cap) if cap else None
@@ -265,7 +274,7 @@ class RunSegment:
     def _settle(
         self, status: RunStatus, value: Any, error: dict[str, Any] | None, facts: dict[str, Any]
     ) -> None:
-        report: CostReport = fold_cost_report(self.records)
+        report: CostReport = fold_cost_report(self.records, self.orchestration)
         usage = total_usage(self.records)
         completion = facts.get("completion")
         envelope = build_envelope(

@@ -1,0 +1,58 @@
+"""The adaptive event classes an orchestration emits, and the one helper that emits them.
+
+Adaptive events other than ``spawn:*`` ride the run's root span and never carry ``replayed``:
+a replay re-emits them through the same path as the live run.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rulvar_otel.core.events import (
+    EscalationDecided,
+    EscalationRaised,
+    EventModel,
+    GuardOscillation,
+    LedgerOp,
+    NodeCancelled,
+    NodeLinked,
+    NodeParked,
+    OrchestratorAcceptance,
+    OrchestratorBudget,
+    OrchestratorWoke,
+    PlanRevised,
+    ResolutionApplied,
+    ResolutionSuperseded,
+    StallDetected,
+    TerminationDebit,
+    TerminationDenied,
+    VerifyFailed,
+)
+
+if TYPE_CHECKING:
+    from rulvar_otel.engine._orchestrate.orchestrator import Orchestration
+
+__all__ = [
+    "EscalationDecided",
+    "EscalationRaised",
+    "GuardOscillation",
+    "LedgerOp",
+    "NodeCancelled",
+    "NodeLinked",
+    "NodeParked",
+    "OrchestratorAcceptance",
+    "OrchestratorBudget",
+    "OrchestratorWoke",
+    "PlanRevised",
+    "ResolutionApplied",
+    "ResolutionSuperseded",
+    "StallDetected",
+    "TerminationDebit",
+    "TerminationDenied",
+    "VerifyFailed",
+    "emit",
+]
+
+
+def emit(orch: Orchestration, cls: type[EventModel], **body: Any) -> None:
+    orch.run.emit(cls, orch.run.root_span, **body)
