@@ -30,6 +30,7 @@ ERRORS = [
     "JournalError",
     "QuotaExhaustedError",
     "ReplayMissError",
+    "ResponseLimitError",
     "RulvarOtelError",
     "RunNotFoundError",
     "RunRejectedError",
