@@ -198,3 +198,37 @@ def test_tail_until_suspended_stops_at_the_suspension(tmp_path: Path) -> None:
 def test_tail_refuses_a_bad_server_url(tmp_path: Path) -> None:
     result = _tail("not-a-url", "r", tmp_path / "x.jsonl")
     assert result.exit_code == 2 and "--server must be an http" in result.stderr
+
+
+def test_a_tail_across_a_suspension_never_gives_one_span_id_two_statuses_or_ends(tmp_path: Path) -> None:
+    import asyncio
+
+    live = events("suspension-live")
+    resume = asyncio.Event()
+    run = ServedRun(
+        live + events("suspension-dryrun"),
+        {"runId": live[0]["runId"], "status": "suspended", "live": True},
+        resume=resume,
+    )
+    with serve_in_thread({live[0]["runId"]: run}) as server:
+        first = _tail(
+            server.url, live[0]["runId"], tmp_path / "a.jsonl", "--until-suspended", "--deterministic-ids"
+        )
+        resume.set()  # the run resumes; a second tail reads both segments
+        run.status = {"runId": live[0]["runId"], "status": "ok", "live": True}
+        second = _tail(server.url, live[0]["runId"], tmp_path / "b.jsonl", "--deterministic-ids")
+    assert first.exit_code == second.exit_code == 0, first.output + second.output
+
+    def facts(path: Path) -> dict[str, tuple[int, str]]:
+        return {s["spanId"]: (s.get("status", {}).get("code", 0), s["endTimeUnixNano"]) for s in _spans(path)}
+
+    before, after = facts(tmp_path / "a.jsonl"), facts(tmp_path / "b.jsonl")
+    assert before and set(before) < set(after)
+    assert {sid: after[sid] for sid in before} == before  # one status and one end per span id
+    # Nothing is red because of a suspension: the waiting spans are UNSET (code 0 / absent).
+    assert all(code != 2 for code, _ in before.values())
+    waiting = [s for s in _spans(tmp_path / "a.jsonl") if s["name"].startswith("phase ")]
+    assert waiting and all(
+        {"key": "rulvar.suspended", "value": {"boolValue": True}} in s["attributes"] for s in waiting
+    )
+    assert "✗" not in first.stdout
