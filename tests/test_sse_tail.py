@@ -232,3 +232,41 @@ def test_a_tail_across_a_suspension_never_gives_one_span_id_two_statuses_or_ends
         {"key": "rulvar.suspended", "value": {"boolValue": True}} in s["attributes"] for s in waiting
     )
     assert "✗" not in first.stdout
+
+
+LINES = ("--progress", "lines", "--no-tree", "--max-attempts", "2")
+
+
+def test_progress_says_nothing_about_a_run_before_its_first_event(tmp_path: Path) -> None:
+    with serve_in_thread({}) as server:
+        unknown = CliRunner().invoke(
+            app,
+            [
+                "tail",
+                "--server",
+                server.url,
+                "--run",
+                "missing-run",
+                "--out",
+                str(tmp_path / "x.jsonl"),
+                *LINES,
+            ],
+        )
+        url = server.url
+    unreachable = CliRunner().invoke(
+        app,
+        ["tail", "--server", url, "--run", "r", "--out", str(tmp_path / "y.jsonl"), *LINES],
+    )
+    for result in (unknown, unreachable):
+        assert result.exit_code == 2, result.output
+        assert "run ?" not in result.stderr and "wall" not in result.stderr and "tokens" not in result.stderr
+    assert "run 'missing-run' not found" in unknown.stderr
+
+
+def test_terminal_facts_alone_count_no_streamed_event(tmp_path: Path) -> None:
+    run_id, run = served("minimal", live=False)
+    run.status.update(live=False)
+    with serve_in_thread({run_id: run}) as server:
+        result = _tail(server.url, run_id, tmp_path / "s.jsonl")
+    assert result.exit_code == 0, result.output
+    assert "exported 1 span from 0 stream events" in result.stderr

@@ -167,7 +167,7 @@ def tail_command(
         raise typer.Exit(EXIT_USAGE) from None
 
     try:
-        code, _ = run_export(handle, options)
+        code, _ = run_export(handle, options, streamed_events=lambda: handle.stats.delivered)
     except KeyboardInterrupt:
         say("interrupted twice; the export was abandoned")
         raise typer.Exit(EXIT_INTERRUPTED) from None
