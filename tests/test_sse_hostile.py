@@ -360,3 +360,22 @@ def test_tail_gives_up_on_each_hostile_server_within_its_bound(
     assert result.exit_code == 2, result.output
     assert f"after 3 attempts without progress (last: {reason})" in result.stderr
     assert elapsed < 15, elapsed
+
+
+def test_sse_frames_decode_the_same_at_every_chunk_boundary() -> None:
+    from rulvar_otel.sources._sse_lines import FrameDecoder, SseItem
+
+    text = b': note\n\nid: 1\nevent: x\ndata: {"a":\ndata:  1}\n\n:\n\ndata: tail-cut-mid-frame'
+    expected = [SseItem(True, " note"), SseItem(False, '{"a":\n 1}'), SseItem(True, "")]
+    for cut in range(len(text) + 1):
+        decoder = FrameDecoder(1024)
+        assert decoder.feed(text[:cut]) + decoder.feed(text[cut:]) == expected, cut
+
+
+def test_a_frame_of_many_data_lines_over_the_limit_is_refused() -> None:
+    from rulvar_otel.sources._sse_lines import FrameDecoder, OversizeLineError
+
+    decoder = FrameDecoder(1024)
+    with pytest.raises(OversizeLineError):
+        for _ in range(200):
+            decoder.feed(b"data: " + b"x" * 10 + b"\n")
