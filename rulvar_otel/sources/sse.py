@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -43,13 +42,24 @@ import orjson
 
 from rulvar_otel.core.handle import EventLike, RecordedRunHandle, RunOutcome, outcome_from_run_end
 from rulvar_otel.core.masking import SecretMasker, default_masker, redact_url, sanitize_terminal_text
-from rulvar_otel.errors import ConfigError, ResponseLimitError, RunNotFoundError, SourceError
+from rulvar_otel.errors import ConfigError, RunNotFoundError, SourceError
+from rulvar_otel.sources._http_reads import (
+    ENCODINGS,
+    STATUS_BODY_LIMIT,
+    STATUS_TIME_S,
+    decoded,
+    error_detail,
+    fetch_run_status,
+    outcome_from_status,
+)
 from rulvar_otel.sources._seq_set import SeqSet
 from rulvar_otel.sources._sse_lines import FrameDecoder, OversizeLineError
 from rulvar_otel.sources._terminal_facts import terminal_facts_events, ulid_time
 from rulvar_otel.sources.jsonl import check_envelope
 
 __all__ = [
+    "STATUS_BODY_LIMIT",
+    "STATUS_TIME_S",
     "NoteKind",
     "ReconnectPolicy",
     "ServerRunHandle",
@@ -85,12 +95,6 @@ _NOTE_RULES: Final[tuple[tuple[NoteKind, re.Pattern[str]], ...]] = (
     ("slow-consumer", _SLOW_CONSUMER),
     ("run-failed", re.compile(r"failed before")),
 )
-# Bounds on the plain (non-stream) reads: the status body and an error body, decompressed.
-STATUS_BODY_LIMIT: Final = 8 * 1024 * 1024
-STATUS_TIME_S: Final = 30.0
-_ERROR_BODY_LIMIT: Final = 64 * 1024
-_ENCODINGS: Final = {"Accept-Encoding": "gzip, deflate"}  # inflated here, bounded (see _decoded)
-_BODY_TIME_S: Final = 10.0
 
 
 @dataclass(frozen=True)
@@ -173,104 +177,6 @@ def _base_url(server: str) -> str:
         shown = redact_url(server)
         raise ConfigError(f"--server must be an http(s) URL such as http://127.0.0.1:8787, got {shown!r}")
     return server.rstrip("/")
-
-
-_PIECE: Final = 64 * 1024  # the most one decoded piece of a response body may be
-
-
-async def _decoded(response: httpx.Response) -> AsyncIterator[bytes]:
-    """A response body decoded as it arrives, an inflated piece at most 64 KiB, whatever the ratio.
-
-    Read raw and inflated here with a bounded output size, so a small gzip body that inflates a
-    thousandfold costs no more memory than its pieces: httpx's own decoders inflate a network
-    chunk whole. Raw chunks are the transport's reads (httpcore reads at most 64 KiB).
-    Encodings other than gzip and deflate were not asked for, and are refused.
-    """
-    encoding = response.headers.get("content-encoding", "identity").strip().lower()
-    if encoding in ("", "identity"):
-        async for chunk in response.aiter_raw():
-            yield chunk
-        return
-    if encoding not in ("gzip", "x-gzip", "deflate"):
-        raise SourceError(
-            f"the server answered an encoding not asked for ({sanitize_terminal_text(encoding)[:40]!r})"
-        )
-    inflater = zlib.decompressobj(wbits=47 if encoding != "deflate" else 15)
-    try:
-        async for chunk in response.aiter_raw():
-            data = chunk
-            while data:
-                piece = inflater.decompress(data, _PIECE)
-                if piece:
-                    yield piece
-                data = inflater.unconsumed_tail
-    except zlib.error as exc:
-        raise SourceError(f"the server's {encoding} body is corrupt") from exc
-
-
-async def _bounded_body(response: httpx.Response, limit: int, what: str) -> bytes:
-    """At most ``limit`` bytes of a response body (decompressed), else :class:`ResponseLimitError`."""
-    body = bytearray()
-    async for piece in _decoded(response):
-        body += piece
-        if len(body) > limit:
-            raise ResponseLimitError(f"{what} passed {limit} bytes; the rest was not read")
-    return bytes(body)
-
-
-async def _error_detail(response: httpx.Response) -> str:
-    """The server's typed error code (never its free-text message: it may echo input)."""
-    try:
-        async with asyncio.timeout(_BODY_TIME_S):
-            content = await _bounded_body(response, _ERROR_BODY_LIMIT, "an error body")
-        body = orjson.loads(content)
-    except (orjson.JSONDecodeError, ResponseLimitError, TimeoutError, httpx.HTTPError):
-        return ""
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        code = body["error"].get("code")
-        if isinstance(code, str):
-            return f" (code {default_masker().clean(code)[:80]})"
-    return ""
-
-
-def outcome_from_status(body: Mapping[str, Any]) -> RunOutcome:
-    """A :class:`RunOutcome` from a ``GET /runs/:id`` body (unknown fields kept)."""
-    status = body.get("status")
-    if not isinstance(status, str):
-        raise SourceError("the server's run status has no 'status' string")
-    return RunOutcome.model_validate(dict(body))
-
-
-async def fetch_run_status(
-    client: httpx.AsyncClient, run_id: str, *, server: str = "the server"
-) -> dict[str, Any]:
-    """``GET /runs/:id``: the run's status body. 404 raises :class:`RunNotFoundError`.
-
-    The body is bounded in size (:data:`STATUS_BODY_LIMIT`, decompressed) and in time
-    (:data:`STATUS_TIME_S` for the whole response): past either, :class:`ResponseLimitError`.
-    """
-    path = f"/runs/{quote(run_id, safe='')}"
-    try:
-        async with (
-            asyncio.timeout(STATUS_TIME_S),
-            client.stream("GET", path, headers={"Accept": "application/json", **_ENCODINGS}) as response,
-        ):
-            if response.status_code == 404:
-                raise RunNotFoundError(f"run {run_id!r} not found on {server}{await _error_detail(response)}")
-            if response.status_code != 200:
-                raise SourceError(f"GET {path} on {server} answered HTTP {response.status_code}")
-            content = await _bounded_body(response, STATUS_BODY_LIMIT, f"GET {path} on {server}")
-    except TimeoutError:
-        raise ResponseLimitError(f"GET {path} on {server} took over {STATUS_TIME_S:g} s") from None
-    except httpx.HTTPError as exc:
-        raise SourceError(f"GET {path} on {server} failed: {type(exc).__name__}") from exc
-    try:
-        body = orjson.loads(content)
-    except orjson.JSONDecodeError as exc:
-        raise SourceError(f"GET {path} on {server} did not answer JSON") from exc
-    if not isinstance(body, dict):
-        raise SourceError(f"GET {path} on {server} did not answer a JSON object")
-    return body
 
 
 class _DisconnectError(Exception):
@@ -488,7 +394,7 @@ class ServerRunHandle:
         self, stack: contextlib.AsyncExitStack, client: httpx.AsyncClient
     ) -> httpx.Response:
         """``GET /runs/:id/events`` answered with an event stream, or the typed reason it was not."""
-        headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache", **_ENCODINGS}
+        headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache", **ENCODINGS}
         if self.stats.last_seq is not None:
             headers["Last-Event-ID"] = str(self.stats.last_seq)
         path = f"/runs/{quote(self._run_id, safe='')}/events"
@@ -501,12 +407,12 @@ class ServerRunHandle:
         status = response.status_code
         if status == 404:
             raise RunNotFoundError(
-                f"run {self._run_id!r} not found on {self._shown}{await _error_detail(response)}"
+                f"run {self._run_id!r} not found on {self._shown}{await error_detail(response)}"
             )
         if status in (408, 429) or status >= 500:
             raise _DisconnectError(f"HTTP {status}", progressed=False)
         if status != 200:
-            detail = await _error_detail(response)
+            detail = await error_detail(response)
             raise SourceError(f"GET {path} on {self._shown} answered HTTP {status}{detail}")
         content_type = response.headers.get("content-type", "")
         if "text/event-stream" not in content_type:
@@ -539,7 +445,7 @@ class ServerRunHandle:
                 response = await self._open_events(stack, client)
                 decoder = FrameDecoder(limit)
                 try:
-                    async for chunk in _decoded(response):
+                    async for chunk in decoded(response):
                         body_bytes += len(chunk)
                         for item in decoder.feed(chunk):
                             if item.comment:
