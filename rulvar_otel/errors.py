@@ -11,6 +11,7 @@ can catch the whole family in one clause, or one branch precisely::
     │   └── StreamLineError             one line of a JSONL stream, with its line number
     ├── SourceError(RuntimeError)       a source that cannot deliver (unreadable file, server
     │   ├── RunNotFoundError            refusing, unknown run)
+    │   ├── ResponseLimitError          a server's response past its size or time bound
     │   └── JournalError                the engine's journal store cannot be read or written
     ├── RunRejectedError(RuntimeError)  a run's result rejected (unsettled, superseded, failed);
     │                                   carries the rejection's name and code
@@ -51,6 +52,7 @@ __all__ = [
     "QuotaExhaustedError",
     "ReplayMissError",
     "RulvarOtelError",
+    "ResponseLimitError",
     "RunNotFoundError",
     "RunRejectedError",
     "SchemaValidationError",
@@ -113,6 +115,12 @@ class RunNotFoundError(SourceError):
     """The server does not know the requested run."""
 
     code = "run_not_found"
+
+
+class ResponseLimitError(SourceError):
+    """A server's response passed its size bound (decompressed) or its time bound; nothing more was read."""
+
+    code = "response_limit"
 
 
 class RunRejectedError(RulvarOtelError, RuntimeError):

@@ -26,7 +26,7 @@ def test_quick_mode_prints_every_figure(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     table = done.stdout
     headings = ("== parse+map ==", "== sdk floor ==", "== metrics ==", "== direct path ==", "== scale ==")
-    for heading in (*headings, "== end to end =="):
+    for heading in (*headings, "== end to end ==", "== tail =="):
         assert heading in table
     for phrase in (
         "parse+map, no-op tracer",
@@ -52,7 +52,10 @@ def test_quick_mode_prints_every_figure(tmp_path: Path) -> None:
         assert phrase in table, phrase
     figures = json.loads(out.read_text())
     sections = {f["section"] for f in figures}
-    assert sections == {"parse+map", "sdk floor", "metrics", "direct path", "scale", "end to end"}
+    assert sections == {"parse+map", "sdk floor", "metrics", "direct path", "scale", "end to end", "tail"}
+    # The live tail through the 20-frame server limit delivered every event (a correctness part).
+    (tail,) = [f for f in figures if f["section"] == "tail"]
+    assert "through a 20-frame server limit" in tail["name"] and "behind at run end" in tail["value"]
     ratios = [f["ratio"] for f in figures if f["ratio"] is not None]
     assert ratios and all(r > 0 for r in ratios)
     # Delivery is a correctness figure, not a timing: every span and span event must arrive.

@@ -31,6 +31,7 @@ ERRORS = [
     "JournalError",
     "QuotaExhaustedError",
     "ReplayMissError",
+    "ResponseLimitError",
     "RulvarOtelError",
     "RunNotFoundError",
     "RunRejectedError",

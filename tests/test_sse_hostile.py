@@ -125,7 +125,7 @@ class OneEventPerConnection(RulvarTestServer):
         await writer.drain()
 
 
-async def test_a_server_that_sends_one_event_and_closes_is_backed_off_on_every_reconnect() -> None:
+async def test_a_connection_that_delivered_new_events_reconnects_at_once() -> None:
     run_id, run = served("minimal")
     server = OneEventPerConnection({run_id: run})
     await server.start()
@@ -136,9 +136,40 @@ async def test_a_server_that_sends_one_event_and_closes_is_backed_off_on_every_r
     finally:
         await server.stop()
     assert got == run.events  # each connection progressed by one event
-    assert len(sleep.slept) == len(run.events) - 1
-    assert all(s > 0 for s in sleep.slept)  # never an immediate reconnect
-    assert sleep.slept == sorted(sleep.slept) and sleep.slept[-1] == ReconnectPolicy().max_backoff_s
+    # Progress is never waited on: a replay in the server's bounded chunks keeps its pace.
+    assert sleep.slept == []
+    assert handle.stats.connections == len(run.events) and handle.stats.reconnects == len(run.events) - 1
+
+
+class _ProgressThenNothing(RulvarTestServer):
+    """Odd connections deliver the next event; even ones close at once with nothing."""
+
+    calls = 0
+
+    async def _events(self, rid: str, last: str | None, writer: asyncio.StreamWriter) -> None:
+        self.calls += 1
+        writer.write(HEAD)
+        if self.calls % 2 == 0:
+            return
+        cursor = int(last) if last is not None else -1
+        writer.write(frame(next(e for e in self.runs[rid].events if e["seq"] > cursor)))
+        await writer.drain()
+
+
+async def test_only_connections_without_progress_back_off_and_progress_resets_the_backoff() -> None:
+    run_id, run = served("minimal")
+    server = _ProgressThenNothing({run_id: run})
+    await server.start()
+    try:
+        sleep = Recorder()
+        policy = ReconnectPolicy(max_attempts=2, initial_backoff_s=0.25)
+        handle = ServerRunHandle(server.url, run_id, policy=policy, sleep=sleep)
+        got = await _drain(handle)
+    finally:
+        await server.stop()
+    assert got == run.events
+    # One wait per empty connection, each the first step of the backoff: progress reset it.
+    assert sleep.slept == [0.25] * (len(run.events) - 1)
 
 
 async def test_a_server_that_repeats_its_first_event_and_closes_is_given_up_on() -> None:
@@ -154,7 +185,7 @@ async def test_a_server_that_repeats_its_first_event_and_closes_is_given_up_on()
     finally:
         await server.stop()
     assert handle.stats.delivered == 1 and handle.stats.duplicates_dropped == 4
-    assert sleep.slept == [0.25, 0.5, 1.0, 2.0]
+    assert sleep.slept == [0.25, 0.5, 1.0]  # the first connection progressed: no wait
 
 
 async def test_an_endless_data_line_is_cut_at_the_frame_limit() -> None:
@@ -329,3 +360,22 @@ def test_tail_gives_up_on_each_hostile_server_within_its_bound(
     assert result.exit_code == 2, result.output
     assert f"after 3 attempts without progress (last: {reason})" in result.stderr
     assert elapsed < 15, elapsed
+
+
+def test_sse_frames_decode_the_same_at_every_chunk_boundary() -> None:
+    from rulvar_otel.sources._sse_lines import FrameDecoder, SseItem
+
+    text = b': note\n\nid: 1\nevent: x\ndata: {"a":\ndata:  1}\n\n:\n\ndata: tail-cut-mid-frame'
+    expected = [SseItem(True, " note"), SseItem(False, '{"a":\n 1}'), SseItem(True, "")]
+    for cut in range(len(text) + 1):
+        decoder = FrameDecoder(1024)
+        assert decoder.feed(text[:cut]) + decoder.feed(text[cut:]) == expected, cut
+
+
+def test_a_frame_of_many_data_lines_over_the_limit_is_refused() -> None:
+    from rulvar_otel.sources._sse_lines import FrameDecoder, OversizeLineError
+
+    decoder = FrameDecoder(1024)
+    with pytest.raises(OversizeLineError):
+        for _ in range(200):
+            decoder.feed(b"data: " + b"x" * 10 + b"\n")

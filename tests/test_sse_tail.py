@@ -198,3 +198,75 @@ def test_tail_until_suspended_stops_at_the_suspension(tmp_path: Path) -> None:
 def test_tail_refuses_a_bad_server_url(tmp_path: Path) -> None:
     result = _tail("not-a-url", "r", tmp_path / "x.jsonl")
     assert result.exit_code == 2 and "--server must be an http" in result.stderr
+
+
+def test_a_tail_across_a_suspension_never_gives_one_span_id_two_statuses_or_ends(tmp_path: Path) -> None:
+    import asyncio
+
+    live = events("suspension-live")
+    resume = asyncio.Event()
+    run = ServedRun(
+        live + events("suspension-dryrun"),
+        {"runId": live[0]["runId"], "status": "suspended", "live": True},
+        resume=resume,
+    )
+    with serve_in_thread({live[0]["runId"]: run}) as server:
+        first = _tail(
+            server.url, live[0]["runId"], tmp_path / "a.jsonl", "--until-suspended", "--deterministic-ids"
+        )
+        resume.set()  # the run resumes; a second tail reads both segments
+        run.status = {"runId": live[0]["runId"], "status": "ok", "live": True}
+        second = _tail(server.url, live[0]["runId"], tmp_path / "b.jsonl", "--deterministic-ids")
+    assert first.exit_code == second.exit_code == 0, first.output + second.output
+
+    def facts(path: Path) -> dict[str, tuple[int, str]]:
+        return {s["spanId"]: (s.get("status", {}).get("code", 0), s["endTimeUnixNano"]) for s in _spans(path)}
+
+    before, after = facts(tmp_path / "a.jsonl"), facts(tmp_path / "b.jsonl")
+    assert before and set(before) < set(after)
+    assert {sid: after[sid] for sid in before} == before  # one status and one end per span id
+    # Nothing is red because of a suspension: the waiting spans are UNSET (code 0 / absent).
+    assert all(code != 2 for code, _ in before.values())
+    waiting = [s for s in _spans(tmp_path / "a.jsonl") if s["name"].startswith("phase ")]
+    assert waiting and all(
+        {"key": "rulvar.suspended", "value": {"boolValue": True}} in s["attributes"] for s in waiting
+    )
+    assert "✗" not in first.stdout
+
+
+LINES = ("--progress", "lines", "--no-tree", "--max-attempts", "2")
+
+
+def test_progress_says_nothing_about_a_run_before_its_first_event(tmp_path: Path) -> None:
+    with serve_in_thread({}) as server:
+        unknown = CliRunner().invoke(
+            app,
+            [
+                "tail",
+                "--server",
+                server.url,
+                "--run",
+                "missing-run",
+                "--out",
+                str(tmp_path / "x.jsonl"),
+                *LINES,
+            ],
+        )
+        url = server.url
+    unreachable = CliRunner().invoke(
+        app,
+        ["tail", "--server", url, "--run", "r", "--out", str(tmp_path / "y.jsonl"), *LINES],
+    )
+    for result in (unknown, unreachable):
+        assert result.exit_code == 2, result.output
+        assert "run ?" not in result.stderr and "wall" not in result.stderr and "tokens" not in result.stderr
+    assert "run 'missing-run' not found" in unknown.stderr
+
+
+def test_terminal_facts_alone_count_no_streamed_event(tmp_path: Path) -> None:
+    run_id, run = served("minimal", live=False)
+    run.status.update(live=False)
+    with serve_in_thread({run_id: run}) as server:
+        result = _tail(server.url, run_id, tmp_path / "s.jsonl")
+    assert result.exit_code == 0, result.output
+    assert "exported 1 span from 0 stream events" in result.stderr

@@ -17,7 +17,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Final, TextIO
 from urllib.parse import parse_qsl, urlsplit
@@ -490,9 +490,18 @@ class _LiveNotes:
 
 
 def run_export(
-    handle: RunHandle, command: CommandOptions, *, stdout: TextIO | None = None, stderr: TextIO | None = None
+    handle: RunHandle,
+    command: CommandOptions,
+    *,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+    streamed_events: Callable[[], int] | None = None,
 ) -> tuple[int, ExportReport]:
-    """Export ``handle`` as the command options say, print the report; the exit code and report."""
+    """Export ``handle`` as the command options say, print the report; the exit code and report.
+
+    ``streamed_events``: for a source that also builds events of its own (``tail``'s terminal
+    facts), the number it really streamed, which the summary and the tree then count instead.
+    """
     notes = _LiveNotes(command, stderr)
     counter = _StreamEventCounter()
     report = export_run(
@@ -502,6 +511,11 @@ def run_export(
         on_note=notes,
         keep_spans=command.tree is not False,
     )
+    if streamed_events is not None:
+        streamed = streamed_events()
+        report = replace(report, events=streamed)
+        for run_id in counter.by_run:
+            counter.by_run[run_id] = streamed
     return _print(report, command, notes, counter, stdout, stderr), report
 
 

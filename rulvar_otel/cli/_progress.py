@@ -104,9 +104,13 @@ class ProgressView:
     def __init__(self, state: ProgressState) -> None:
         self.state = state
         self._closed = False
+        # Nothing is said about a run before its first event: an unknown run or an unreachable
+        # server gets its error line alone, never an invented "run ? running".
+        self.fed = 0
 
     def feed(self, event: Mapping[str, Any]) -> None:
         """Fold one event into the view (never raises for a malformed event)."""
+        self.fed += 1
         self.state.apply(event)
 
     def close(self, outcome: RunOutcome | BaseException | None = None) -> None:
@@ -127,13 +131,15 @@ class _LinesView(ProgressView):
             self._stream.flush()
 
     def feed(self, event: Mapping[str, Any]) -> None:
+        self.fed += 1
         self._write(self._printer.lines(event))
 
     def close(self, outcome: RunOutcome | BaseException | None = None) -> None:
         if self._closed:
             return
         self._closed = True
-        self._write(summary_lines(self.state, outcome, self._masker))
+        if self.fed:
+            self._write(summary_lines(self.state, outcome, self._masker))
 
 
 class _TtyView(ProgressView):
@@ -162,18 +168,22 @@ class _TtyView(ProgressView):
             redirect_stdout=False,
             redirect_stderr=False,
         )
-        self._live.start()
 
     def feed(self, event: Mapping[str, Any]) -> None:
         with self._lock:
             wire = self.state.apply(event)
             self._scopes.feed(wire)
             self._fed_at = self._clock()
+            self.fed += 1
+        if self.fed == 1 and not self._closed:
+            self._live.start()  # the first frame is painted once there is a run to show
 
     def close(self, outcome: RunOutcome | BaseException | None = None) -> None:
         if self._closed:
             return
         self._closed = True
+        if not self.fed:
+            return
         self._live.stop()  # paints the final frame once more
         for line in summary_lines(self.state, outcome, self._masker):
             self._console.print(Text(_cut(line)), highlight=False)

@@ -1,13 +1,14 @@
 """``rulvar-otel tail --server URL --run ID``: export a run a Rulvar server holds, live.
 
 Spans are exported as the events arrive over SSE; the command reconnects after drops (resuming
-after the last delivered seq), follows a suspended run into its resumed segment, and ends after
-the run's final ``run:end`` (or the first suspension with ``--until-suspended``). The server's
-notes reach stderr as few lines: a replay-window gap, a run that failed before settling and a run
-that is not live there are printed as they arrive; repeating ones (slow-consumer closes, comment
-notes, frames that are not events or name another run) are one line per kind at the end, with
-their count. A run that is not live and streamed nothing is exported from its terminal facts
-alone, and stderr says so.
+after the last delivered seq, at once when the connection delivered new events, with a backoff
+only after connections that delivered nothing), follows a suspended run into its resumed
+segment, and ends after the run's final ``run:end`` (or the first suspension with
+``--until-suspended``). The server's notes reach stderr as few lines: a replay-window gap, a run
+that failed before settling and a run that is not live there are printed as they arrive;
+repeating ones (slow-consumer closes, comment notes, frames that are not events or name another
+run) are one line per kind at the end, with their count. A run that is not live and streamed
+nothing is exported from its terminal facts alone, and stderr says so.
 
 Exit codes: 0 exported, 1 export failed (the backend refused or was unreachable), 2 bad options,
 an unknown run, or a server that could not be followed.
@@ -167,7 +168,7 @@ def tail_command(
         raise typer.Exit(EXIT_USAGE) from None
 
     try:
-        code, _ = run_export(handle, options)
+        code, _ = run_export(handle, options, streamed_events=lambda: handle.stats.delivered)
     except KeyboardInterrupt:
         say("interrupted twice; the export was abandoned")
         raise typer.Exit(EXIT_INTERRUPTED) from None
@@ -183,7 +184,10 @@ def tail_command(
             f"{plural(stats.duplicates_dropped, 'duplicate')} dropped"
         )
     if stats.suspended_stops:
-        say("stopped at the run's suspension (--until-suspended); tail again to follow its resumption")
+        say(
+            "stopped at the run's suspension (--until-suspended): spans open there ended at it, "
+            "waiting (UNSET); tail again after the resume to follow it (those spans export the same)"
+        )
     raise typer.Exit(code)
 
 

@@ -15,7 +15,7 @@ from opentelemetry.trace import Status, StatusCode
 from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel._span_state import PHASE, RUN, MappedSpan
 
-__all__ = ["end_inferred", "end_unclosed", "mark_segment_leftovers"]
+__all__ = ["end_at_suspension", "end_inferred", "end_unclosed", "mark_segment_leftovers"]
 
 _STATUS_OK = Status(StatusCode.OK)
 _STATUS_ERROR = Status(StatusCode.ERROR)
@@ -87,3 +87,31 @@ def end_unclosed(
     for rec in reversed(phases):
         if not rec.ended:
             end_inferred(rec, max(rec.desc_end, rec.events_end, rec.start_ns), ok, end)
+
+
+def _end_waiting(rec: MappedSpan, ns: int, end: Callable[[MappedSpan, int], None]) -> None:
+    span = rec.span
+    if span is None:
+        return
+    span.set_attributes({sc.END_INFERRED: True, sc.SUSPENDED: True})  # status stays UNSET
+    end(rec, ns)
+
+
+def end_at_suspension(
+    open_spans: Iterable[MappedSpan],
+    phases: Iterable[MappedSpan],
+    ns: int,
+    end: Callable[[MappedSpan, int], None],
+) -> None:
+    """End every span still open at a suspended ``run:end`` (at ``ns``), UNSET and suspended.
+
+    Decided from the suspended segment alone, so an export that stops at the suspension and one
+    that later reads the resumed segment too give each such span one status and one end time.
+    Leftovers of earlier segments keep their own end (``pending_end``).
+    """
+    for rec in reversed(list(open_spans)):
+        if not rec.ended and rec.pending_end is None and rec.kind != PHASE:
+            _end_waiting(rec, ns, end)
+    for rec in reversed(list(phases)):
+        if not rec.ended:
+            _end_waiting(rec, max(rec.desc_end, rec.events_end, rec.start_ns), end)

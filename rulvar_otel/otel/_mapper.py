@@ -27,7 +27,7 @@ from rulvar_otel.otel import _attributes as ax
 from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel._attributes import INT64_MAX, INT64_MIN
 from rulvar_otel.otel._clock import EventClock, export_time_ns, held_copy
-from rulvar_otel.otel._end_inference import end_unclosed, mark_segment_leftovers
+from rulvar_otel.otel._end_inference import end_at_suspension, end_unclosed, mark_segment_leftovers
 from rulvar_otel.otel._mapper_helpers import (
     MaskMemo,
     hashable,
@@ -59,6 +59,8 @@ __all__ = ["SpanMapper"]
 _log = logging.getLogger("rulvar_otel")
 
 _OK_VALUES: Final = frozenset({"ok", "skipped"})
+# A suspension is waiting, not failing: its closer leaves the status UNSET (docs/otel-mapping.md#suspensions).
+_WAITING: Final = "suspended"
 _STATUS_OK: Final = Status(StatusCode.OK)
 _STATUS_ERROR: Final = Status(StatusCode.ERROR)
 # Events before the first usable ts wait for one (they take its time); past this many, the wait
@@ -344,10 +346,12 @@ class SpanMapper:
         self._event_span = span.get_span_context()
         ok = False
         literal: str | None = None
+        waiting = False
         if isinstance(status, str):
             literal = attributes[sc.STATUS] = self._mask(status)
             ok = status in _OK_VALUES and not force_error
-        if not ok:
+            waiting = status == _WAITING and not force_error
+        if not ok and not waiting:
             # docs/otel-mapping.md#errors: every ERROR span names an error.type; its status
             # description is the closer's status literal (an enum value, never a message).
             code = ax.error_type(error_source, self._mask) if error_source is not None else None
@@ -363,7 +367,7 @@ class SpanMapper:
             span.set_attributes(attributes)
         if ok:
             span.set_status(_STATUS_OK)
-        else:
+        elif not waiting:
             span.set_status(_STATUS_ERROR if message is None else Status(StatusCode.ERROR, message))
         end_span(rec, span, ns, self._template)  # _end inlined: span is known to be set
         self._open_live -= 1
@@ -494,6 +498,10 @@ class SpanMapper:
             force_error=unsettled,
             error_source=event,
         )
+        if event.get("status") == _WAITING and not unsettled:
+            # Everything still open waits with the run: it ends here, UNSET (never red, and never
+            # given a second status or end by whatever reads the resumed segment later).
+            end_at_suspension((*self._stranded, *self._open), self._phases, ns, self._end)
 
     def _on_agent_start(self, event: Mapping[str, Any], ns: int) -> None:
         """agent:start pairs through the shared lifecycle; its span is the record's payload."""

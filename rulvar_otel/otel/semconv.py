@@ -30,6 +30,8 @@ STATUS: Final = "rulvar.status"
 PARENT_INFERRED: Final = "rulvar.parent.inferred"
 PARENT_SPAN_ID: Final = "rulvar.parent_span_id"
 END_INFERRED: Final = "rulvar.span.end_inferred"
+# A span still open when its run suspended: ended there, UNSET (the run is waiting, not failing).
+SUSPENDED: Final = "rulvar.suspended"
 
 # --- agent and invocation spans ---------------------------------------------------------------
 AGENT_TYPE: Final = "rulvar.agent_type"

@@ -6,10 +6,13 @@
 are every event of the run exactly once, in order, across any number of disconnects:
 
 - after any disconnect or server close before the run's final ``run:end`` the client reconnects
-  with ``Last-Event-ID: <last seq>`` and drops any event whose ``seq`` it already delivered.
-  Every reconnect waits: briefly after the server's slow-consumer close, with a growing backoff
-  after any other short-lived connection. Consecutive attempts that deliver nothing are bounded
-  (a server that never answers, answers with nothing, or closes at once counts as one);
+  with ``Last-Event-ID: <last seq>`` and drops any event whose ``seq`` it already delivered
+  (the delivered seqs are tracked as a set, so an event arriving out of order still exports).
+  A connection that delivered a new event (or stayed open through a quiet spell) is followed by
+  an immediate reconnect, so a backlog replayed in the server's bounded chunks is caught up at
+  the network's pace; only connections that made no progress wait, with a growing backoff, and
+  consecutive ones are bounded (a server that never answers, answers with nothing, or closes at
+  once counts as one);
 - a ``run:end`` with status ``suspended`` is not the end: the server keeps the connection open
   and sends the resumed segment on it (``until_suspended=True`` stops there instead);
 - comment notes become typed :class:`SseNote` diagnostics: a replay-window gap, a slow-consumer
@@ -29,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -41,11 +43,23 @@ import orjson
 from rulvar_otel.core.handle import EventLike, RecordedRunHandle, RunOutcome, outcome_from_run_end
 from rulvar_otel.core.masking import SecretMasker, default_masker, redact_url, sanitize_terminal_text
 from rulvar_otel.errors import ConfigError, RunNotFoundError, SourceError
-from rulvar_otel.sources._sse_lines import LineSplitter, OversizeLineError
+from rulvar_otel.sources._http_reads import (
+    ENCODINGS,
+    STATUS_BODY_LIMIT,
+    STATUS_TIME_S,
+    decoded,
+    error_detail,
+    fetch_run_status,
+    outcome_from_status,
+)
+from rulvar_otel.sources._seq_set import SeqSet
+from rulvar_otel.sources._sse_lines import FrameDecoder, OversizeLineError
 from rulvar_otel.sources._terminal_facts import terminal_facts_events, ulid_time
 from rulvar_otel.sources.jsonl import check_envelope
 
 __all__ = [
+    "STATUS_BODY_LIMIT",
+    "STATUS_TIME_S",
     "NoteKind",
     "ReconnectPolicy",
     "ServerRunHandle",
@@ -70,6 +84,17 @@ _GAP = re.compile(r"starts at seq (\d+)|(\d+) earlier events? (?:were|was) dropp
 # (20); reconnect with Last-Event-ID to continue") and the older "slow consumer" wording.
 _SLOW_CONSUMER = re.compile(r"maxpendingeventsperclient|pending frames reached|slow[ -]consumer")
 _HEARTBEAT = re.compile(r"[\s.:]*(?:heartbeat|ping|keep-?alive|hb)?[\s\d:.tz+-]*")
+# Server notes, classified by the first rule whose pattern their lowered text contains. The
+# wording is the Rulvar server's: ": run is not live in this process", ": replay window starts at
+# seq N; M earlier events were dropped ...", ": pending frames reached maxPendingEventsPerClient
+# (20); reconnect with Last-Event-ID to continue" (older servers: "slow consumer") and ": run
+# failed before settling: <message>". Anything else is a plain comment note.
+_NOTE_RULES: Final[tuple[tuple[NoteKind, re.Pattern[str]], ...]] = (
+    ("not-live", re.compile(r"not live in this process")),
+    ("gap", re.compile(r"replay window|were dropped")),
+    ("slow-consumer", _SLOW_CONSUMER),
+    ("run-failed", re.compile(r"failed before")),
+)
 
 
 @dataclass(frozen=True)
@@ -99,11 +124,6 @@ class ReconnectPolicy:
     # peer must not hang the client). A quiet reconnect counts as a failed attempt only when the
     # connection carried no byte at all after its head.
     read_timeout_s: float = 300.0
-    # The server asked the client to reconnect (slow consumer): a short pause, then resume.
-    slow_consumer_backoff_s: float = 0.1
-    # A connection that lived this long was healthy: the next reconnect starts the backoff over.
-    # Shorter ones that end without a slow-consumer note grow it, progress or not.
-    stable_after_s: float = 30.0
     # One SSE line or one frame's data beyond this is refused (the connection is dropped and the
     # attempt fails): an endless data line cannot grow memory.
     max_frame_bytes: int = 16 * 1024 * 1024
@@ -117,8 +137,6 @@ class ReconnectPolicy:
             "connect_timeout_s",
             "response_timeout_s",
             "read_timeout_s",
-            "slow_consumer_backoff_s",
-            "stable_after_s",
         ):
             value = getattr(self, name)
             if not value >= 0:
@@ -161,71 +179,18 @@ def _base_url(server: str) -> str:
     return server.rstrip("/")
 
 
-def _error_detail(response: httpx.Response) -> str:
-    """The server's typed error code (never its free-text message: it may echo input)."""
-    try:
-        body = orjson.loads(response.content)
-    except orjson.JSONDecodeError:
-        return ""
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        code = body["error"].get("code")
-        if isinstance(code, str):
-            return f" (code {default_masker().clean(code)[:80]})"
-    return ""
-
-
-def outcome_from_status(body: Mapping[str, Any]) -> RunOutcome:
-    """A :class:`RunOutcome` from a ``GET /runs/:id`` body (unknown fields kept)."""
-    status = body.get("status")
-    if not isinstance(status, str):
-        raise SourceError("the server's run status has no 'status' string")
-    return RunOutcome.model_validate(dict(body))
-
-
-async def fetch_run_status(
-    client: httpx.AsyncClient, run_id: str, *, server: str = "the server"
-) -> dict[str, Any]:
-    """``GET /runs/:id``: the run's status body. 404 raises :class:`RunNotFoundError`."""
-    try:
-        response = await client.get(f"/runs/{quote(run_id, safe='')}", headers={"Accept": "application/json"})
-    except httpx.HTTPError as exc:
-        raise SourceError(f"GET /runs/{run_id} on {server} failed: {type(exc).__name__}") from exc
-    if response.status_code == 404:
-        raise RunNotFoundError(f"run {run_id!r} not found on {server}{_error_detail(response)}")
-    if response.status_code != 200:
-        raise SourceError(f"GET /runs/{run_id} on {server} answered HTTP {response.status_code}")
-    try:
-        body = orjson.loads(response.content)
-    except orjson.JSONDecodeError as exc:
-        raise SourceError(f"GET /runs/{run_id} on {server} did not answer JSON") from exc
-    if not isinstance(body, dict):
-        raise SourceError(f"GET /runs/{run_id} on {server} did not answer a JSON object")
-    return body
-
-
 class _DisconnectError(Exception):
     """One connection ended before the run did.
 
     ``progressed``: it delivered a new event; ``quiet``: it was open and alive (it carried bytes)
-    but silent past the idle timeout; ``slow``: the server closed it as a slow consumer;
-    ``lived_s``: how long it was open.
+    but silent past the idle timeout. Either reconnects at once; anything else backs off.
     """
 
-    def __init__(
-        self,
-        reason: str,
-        *,
-        progressed: bool,
-        quiet: bool = False,
-        slow: bool = False,
-        lived_s: float = 0.0,
-    ) -> None:
+    def __init__(self, reason: str, *, progressed: bool, quiet: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.progressed = progressed
         self.quiet = quiet
-        self.slow = slow
-        self.lived_s = lived_s
 
 
 class ServerRunHandle:
@@ -261,6 +226,7 @@ class ServerRunHandle:
         self._sleep = sleep
         self.stats = SseStats()
         self._last_run_end: dict[str, Any] | None = None
+        self._delivered = SeqSet()
         self._outcome: RunOutcome | BaseException | None = None
         self._recorded = RecordedRunHandle(self._follow(), None, run_id)
 
@@ -329,11 +295,8 @@ class ServerRunHandle:
         if _HEARTBEAT.fullmatch(lowered):
             self.stats.heartbeats += 1
             return None
-        if "not live in this process" in lowered:
-            self.stats.not_live = True
-            self._note("not-live", raw)
-            return "not-live"
-        if "replay window" in lowered or "were dropped" in lowered:
+        kind: NoteKind = next((k for k, pattern in _NOTE_RULES if pattern.search(lowered)), "comment")
+        if kind == "gap":
             first: int | None = None
             dropped: int | None = None
             for match in _GAP.finditer(raw[:_NOTE_SCAN]):
@@ -341,22 +304,18 @@ class ServerRunHandle:
                     first = int(match.group(1))
                 elif match.group(2) is not None:
                     dropped = int(match.group(2))
-            self._note("gap", raw, first_retained_seq=first, dropped=dropped)
-            return "gap"
-        if _SLOW_CONSUMER.search(lowered):
-            self._note("slow-consumer", raw)
-            return "slow-consumer"
-        if "failed before" in lowered:
+            self._note(kind, raw, first_retained_seq=first, dropped=dropped)
+            return kind
+        if kind == "not-live":
+            self.stats.not_live = True
+        elif kind == "run-failed":
             self.stats.run_failed = True
-            self._note("run-failed", raw)
-            return "run-failed"
-        self._note("comment", raw)
-        return "comment"
+        self._note(kind, raw)
+        return kind
 
     async def _follow(self) -> AsyncIterator[dict[str, Any]]:
         policy = self._policy
         failures = 0  # consecutive attempts without a new event: bounded by max_attempts
-        streak = 0  # consecutive short-lived reconnects: the backoff exponent
         async with self._client() as client:
             try:
                 while True:
@@ -365,6 +324,9 @@ class ServerRunHandle:
                             yield event
                         break  # the run ended (or stopped at a suspension, or is not live)
                     except _DisconnectError as retry:
+                        # Progress reconnects at once (a replay comes in the server's bounded
+                        # chunks, and waiting between them is what falls behind a busy run);
+                        # only attempts that delivered nothing back off.
                         failures = 0 if retry.progressed or retry.quiet else failures + 1
                         if failures >= policy.max_attempts:
                             raise SourceError(
@@ -373,15 +335,8 @@ class ServerRunHandle:
                                 f"last seq delivered: {self.stats.last_seq}"
                             ) from None
                         self.stats.reconnects += 1
-                        if retry.slow and retry.progressed:
-                            streak = 0
-                            delay = policy.slow_consumer_backoff_s
-                        else:
-                            # Every other reconnect waits, a long-lived connection starting over:
-                            # a server that sends one event and closes is not hammered.
-                            streak = 1 if retry.lived_s >= policy.stable_after_s else streak + 1
-                            delay = policy.backoff(streak)
-                        await self._sleep(delay)
+                        if failures:
+                            await self._sleep(policy.backoff(failures))
                 self._outcome, status = await self._terminal_outcome(client)
                 if (
                     self.stats.not_live
@@ -408,126 +363,116 @@ class ServerRunHandle:
             outcome = outcome_from_status(body)
             if outcome.status != "running":
                 return outcome, body
-            if self.stats.not_live and self.stats.delivered == 0:
-                # In flight in another process: nothing settled to export, and nothing failed.
-                return SourceError(
-                    f"run {self._run_id!r} is running in another process, not live on {self._server}: "
-                    "nothing to export until it settles (tail the server that holds it)"
-                ), body
+            if self.stats.not_live or body.get("live") is False:
+                return self._unsettled_error(body), body
         except RunNotFoundError:
             raise
         except SourceError:
             pass
         return self._stream_outcome(), None
 
+    def _unsettled_error(self, body: Mapping[str, Any]) -> SourceError:
+        """What the server said of a run still ``running`` that no process there holds live."""
+        said = f"{self._shown} answers status 'running', live: false (no process there holds it)"
+        unavailable = body.get("terminalUnavailable")
+        if isinstance(unavailable, Mapping) and isinstance(reason := unavailable.get("reason"), str):
+            said += f", terminalUnavailable: {self._masker.clean(reason)[:80]}"
+        if self.stats.delivered:
+            return SourceError(
+                f"run {self._run_id!r} is unsettled: {said}; the trace ends with the "
+                f"{self.stats.delivered} streamed events"
+            )
+        return SourceError(
+            f"run {self._run_id!r} is unsettled: {said}; nothing settled to export until a process "
+            "holds it again (tail the server that runs it)"
+        )
+
     def _stream_outcome(self) -> RunOutcome | BaseException:
         return outcome_from_run_end(self._last_run_end)
 
-    async def _connection(self, client: httpx.AsyncClient) -> AsyncIterator[dict[str, Any]]:
-        headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
+    async def _open_events(
+        self, stack: contextlib.AsyncExitStack, client: httpx.AsyncClient
+    ) -> httpx.Response:
+        """``GET /runs/:id/events`` answered with an event stream, or the typed reason it was not."""
+        headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache", **ENCODINGS}
         if self.stats.last_seq is not None:
             headers["Last-Event-ID"] = str(self.stats.last_seq)
         path = f"/runs/{quote(self._run_id, safe='')}/events"
-        policy = self._policy
+        timeout = self._policy.response_timeout_s
+        try:
+            async with asyncio.timeout(timeout):
+                response = await stack.enter_async_context(client.stream("GET", path, headers=headers))
+        except TimeoutError:
+            raise _DisconnectError(f"no response within {timeout:g} s", progressed=False) from None
+        status = response.status_code
+        if status == 404:
+            raise RunNotFoundError(
+                f"run {self._run_id!r} not found on {self._shown}{await error_detail(response)}"
+            )
+        if status in (408, 429) or status >= 500:
+            raise _DisconnectError(f"HTTP {status}", progressed=False)
+        if status != 200:
+            detail = await error_detail(response)
+            raise SourceError(f"GET {path} on {self._shown} answered HTTP {status}{detail}")
+        content_type = response.headers.get("content-type", "")
+        if "text/event-stream" not in content_type:
+            raise SourceError(
+                f"GET {path} on {self._shown} did not answer an event stream "
+                f"(content-type {sanitize_terminal_text(content_type)[:80]!r})"
+            )
+        return response
+
+    def _stops_after(self, event: Mapping[str, Any]) -> bool:
+        """The stream's end: a final ``run:end``, or a suspension under ``until_suspended``."""
+        if event.get("type") != "run:end":
+            return False
+        if event.get("status") != "suspended":
+            return True
+        if self._until_suspended:
+            self.stats.suspended_stops += 1
+            return True
+        return False  # a suspension is not the end: the resumed segment follows on this stream
+
+    async def _connection(self, client: httpx.AsyncClient) -> AsyncIterator[dict[str, Any]]:
+        """One connection's new events; a :class:`_DisconnectError` when it ends before the run."""
+        limit = self._policy.max_frame_bytes
         progressed = False
         slow = False
         body_bytes = 0
-        opened = time.monotonic()
         self.stats.connections += 1
-
-        def disconnect(reason: str, *, quiet: bool = False) -> _DisconnectError:
-            return _DisconnectError(
-                reason, progressed=progressed, quiet=quiet, slow=slow, lived_s=time.monotonic() - opened
-            )
-
         try:
             async with contextlib.AsyncExitStack() as stack:
+                response = await self._open_events(stack, client)
+                decoder = FrameDecoder(limit)
                 try:
-                    async with asyncio.timeout(policy.response_timeout_s):
-                        response = await stack.enter_async_context(
-                            client.stream("GET", path, headers=headers)
-                        )
-                except TimeoutError:
-                    raise disconnect(f"no response within {policy.response_timeout_s:g} s") from None
-                if response.status_code == 404:
-                    await response.aread()
-                    raise RunNotFoundError(
-                        f"run {self._run_id!r} not found on {self._shown}{_error_detail(response)}"
-                    )
-                if response.status_code in (408, 429) or response.status_code >= 500:
-                    raise disconnect(f"HTTP {response.status_code}")
-                if response.status_code != 200:
-                    await response.aread()
-                    raise SourceError(
-                        f"GET {path} on {self._shown} answered HTTP {response.status_code}"
-                        f"{_error_detail(response)}"
-                    )
-                content_type = response.headers.get("content-type", "")
-                if "text/event-stream" not in content_type:
-                    raise SourceError(
-                        f"GET {path} on {self._shown} did not answer an event stream "
-                        f"(content-type {sanitize_terminal_text(content_type)[:80]!r})"
-                    )
-                lines = LineSplitter(policy.max_frame_bytes)
-                data: list[str] = []
-                data_bytes = 0
-                try:
-                    async for chunk in response.aiter_bytes():
+                    async for chunk in decoded(response):
                         body_bytes += len(chunk)
-                        for line in lines.feed(chunk):
-                            if not line:
-                                # A blank line dispatches the frame; one with no data dispatches
-                                # nothing (SSE), so a comment's blank line is no frame.
-                                if not data:
-                                    continue
-                                payload = "\n".join(data)
-                                data.clear()
-                                data_bytes = 0
-                                event = self._event_of(payload)
-                                if event is None:
-                                    continue
-                                progressed = True
-                                yield event
-                                if event.get("type") == "run:end":
-                                    if event.get("status") != "suspended":
-                                        return
-                                    if self._until_suspended:
-                                        self.stats.suspended_stops += 1
-                                        return
+                        for item in decoder.feed(chunk):
+                            if item.comment:
+                                slow = self._comment(item.text) == "slow-consumer" or slow
                                 continue
-                            if line.startswith(":"):
-                                if self._comment(line[1:]) == "slow-consumer":
-                                    slow = True
+                            event = self._event_of(item.text)
+                            if event is None:
                                 continue
-                            name, _, value = line.partition(":")
-                            if name == "data":
-                                value = value.removeprefix(" ")
-                                data_bytes += len(value) + 1
-                                if data_bytes > policy.max_frame_bytes:
-                                    raise OversizeLineError
-                                data.append(value)
-                            # id, event and retry: the seq inside the data is the cursor.
+                            progressed = True
+                            yield event
+                            if self._stops_after(event):
+                                return
                 except OversizeLineError:
-                    self._note(
-                        "oversize",
-                        f"a frame passed {policy.max_frame_bytes} bytes; dropped the connection",
-                    )
-                    progressed = False  # the same frame comes back on reconnect: no progress
-                    raise disconnect(f"a frame passed {policy.max_frame_bytes} bytes") from None
-                # A partial trailing frame (the server dropped mid-frame) is discarded unread.
+                    self._note("oversize", f"a frame passed {limit} bytes; dropped the connection")
+                    # The same frame comes back on reconnect: no progress.
+                    raise _DisconnectError(f"a frame passed {limit} bytes", progressed=False) from None
         except httpx.TimeoutException as exc:
             # Silence on a stream that carried bytes is a quiet run; a stream that never carried
             # one (or never answered) is a failed attempt.
             quiet = isinstance(exc, httpx.ReadTimeout) and body_bytes > 0
-            raise disconnect(type(exc).__name__, quiet=quiet) from None
+            raise _DisconnectError(type(exc).__name__, progressed=progressed, quiet=quiet) from None
         except httpx.TransportError as exc:
-            raise disconnect(type(exc).__name__) from None
-        if self.stats.not_live:
+            raise _DisconnectError(type(exc).__name__, progressed=progressed) from None
+        if self.stats.not_live or self.stats.run_failed:
             return  # nothing will ever arrive: take the terminal facts GET /runs/:id gives
-        if self.stats.run_failed:
-            return
         reason = "slow consumer" if slow else "the server closed the stream before the run ended"
-        raise disconnect(reason)
+        raise _DisconnectError(reason, progressed=progressed)
 
     def _event_of(self, data: str) -> dict[str, Any] | None:
         try:
@@ -546,10 +491,10 @@ class ServerRunHandle:
             self._note("other-run", "a frame names another run; skipped")
             return None
         seq: int = event["seq"]
-        last = self.stats.last_seq
-        if last is not None and seq <= last:
+        if not self._delivered.add(seq):
             self.stats.duplicates_dropped += 1
             return None
+        # The cursor is the last new seq in stream order: the server replays after it.
         self.stats.last_seq = seq
         self.stats.delivered += 1
         if event.get("type") == "run:end":

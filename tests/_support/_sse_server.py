@@ -55,6 +55,8 @@ class ServedRun:
     failed_note: bool = False  # end the stream with the "failed before settling" note
     hold_after_suspend: bool = True  # keep the connection open after a suspended run:end
     resume: asyncio.Event | None = None  # set to release the resumed segment
+    producing: bool = False  # still emitting: connections stay open for events published later
+    feeds: set[asyncio.Queue[bytes | None]] = field(default_factory=set[asyncio.Queue[bytes | None]])
 
 
 @dataclass
@@ -63,6 +65,9 @@ class RulvarTestServer:
     drop_every: int = 0
     drop_mode: DropMode = "none"
     slow_note: bytes = SLOW_NOTE
+    # The real server's maxPendingEventsPerClient: a replay longer than this is sent in chunks of
+    # this many frames, and a live connection whose queue reaches it is closed (0: no limit).
+    max_pending: int = 0
     requests: list[tuple[str, str | None]] = field(default_factory=list[tuple[str, str | None]])
     host: str = "127.0.0.1"
     port: int = 0
@@ -141,6 +146,9 @@ class RulvarTestServer:
             writer.write(b": run is not live in this process\n\n")
             return
         cursor = int(last_event_id) if last_event_id is not None else None
+        if run.producing:
+            await self._live(run, cursor, writer)
+            return
         buffer = run.events if run.window is None else run.events[-run.window :]
         dropped = len(run.events) - len(buffer)
         if dropped and (cursor is None or cursor < buffer[0]["seq"]):
@@ -168,6 +176,44 @@ class RulvarTestServer:
                 await run.resume.wait()
         if run.failed_note:
             writer.write(b": run failed before settling: SettlementError (see GET /runs/:id)\n\n")
+
+    def publish(self, run_id: str, event: dict[str, Any], *, last: bool = False) -> None:
+        """Emit one event of a producing run to every connection (``last``: the run is done)."""
+        run = self.runs[run_id]
+        run.events.append(event)
+        data = frame(event)
+        for feed in list(run.feeds):
+            if self.max_pending and feed.qsize() >= self.max_pending:
+                feed.put_nowait(self.slow_note)  # the queued frames stay readable, then it closes
+                feed.put_nowait(None)
+                run.feeds.discard(feed)
+            else:
+                feed.put_nowait(data)
+        if last:
+            run.producing = False
+            for feed in run.feeds:
+                feed.put_nowait(None)
+            run.feeds.clear()
+
+    async def _live(self, run: ServedRun, cursor: int | None, writer: asyncio.StreamWriter) -> None:
+        # Replay and subscribe in one step (no await between), as the real server does.
+        backlog = [e for e in run.events if cursor is None or e["seq"] > cursor]
+        cap = self.max_pending
+        if cap and len(backlog) > cap:
+            writer.write(b"".join(frame(e) for e in backlog[:cap]) + self.slow_note)
+            await writer.drain()
+            return
+        feed: asyncio.Queue[bytes | None] = asyncio.Queue()
+        run.feeds.add(feed)
+        try:
+            writer.write(b"".join(frame(e) for e in backlog))
+            await writer.drain()
+            while (data := await feed.get()) is not None:
+                writer.write(data)
+                if feed.empty():
+                    await writer.drain()
+        finally:
+            run.feeds.discard(feed)
 
 
 def skip_status_line(write: Any) -> Any:
