@@ -185,6 +185,7 @@ PINNED: dict[str, list[str]] = {
         "Decision",
         "DeterminismError",
         "Engine",
+        "EngineConfig",
         "EngineRunHandle",
         "ExposureDrainedError",
         "ExposureGate",
