@@ -17,8 +17,8 @@ from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
+from rulvar_otel.core.events import as_wire
 from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome, outcome_from_run_end
-from rulvar_otel.core.wire import RUN_END, as_wire
 
 __all__ = ["Drained", "FanOut", "FoldSink", "Sink", "drain", "drain_events"]
 
@@ -132,7 +132,7 @@ async def drain(handle: RunHandle, *sinks: Sink) -> Drained:
         async for event in handle.events:
             wire = event if type(event) is dict else as_wire(event)
             count += 1
-            if wire.get("type") == RUN_END:
+            if wire.get("type") == "run:end":
                 last_run_end = wire
             for feed in feeds:
                 try:
@@ -167,7 +167,7 @@ def drain_events(events: Iterable[EventLike], *sinks: Sink, outcome: Outcome = N
             # Parsed JSON is a plain dict: skip the Mapping ABC check on the hot path.
             wire = event if type(event) is dict else as_wire(event)
             count += 1
-            if wire.get("type") == RUN_END:
+            if wire.get("type") == "run:end":
                 last_run_end = wire
             # The sinks in line, not through a FanOut: one call less per event.
             for feed in feeds:
