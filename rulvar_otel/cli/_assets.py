@@ -9,7 +9,7 @@ install) reads them from the repository itself.
 ``assets write DIR`` lays them out as in the repository (``DIR/dashboards/...``,
 ``DIR/collector_config/...``), so the compose file's relative mounts work from
 ``DIR/collector_config``. A file already there with other content is never overwritten without
-``--force``: the command then writes nothing and names the files (exit code 2). Identical files
+``--force``: the command then writes nothing and names the files (exit code 3). Identical files
 are left alone.
 """
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from typing import Annotated, Final
 
 import typer
 
-from rulvar_otel.cli._output import plural
+from rulvar_otel.cli._text import EXIT_CONFLICT, EXIT_USAGE, echo, plural, say
 
 __all__ = [
     "Asset",
@@ -42,7 +41,6 @@ __all__ = [
     "write_assets",
 ]
 
-EXIT_CONFLICT: Final = 2
 _ROOTS: Final = ("dashboards", "collector_config")
 
 
@@ -219,7 +217,7 @@ def list_command(only: OnlyOption = None) -> None:
     """Print every shipped asset with its size and groups."""
     for asset in select_assets(iter_assets(), only or ()):
         groups = ", ".join(g.value for g in AssetGroup if g in asset.groups)
-        print(f"{asset.path}  {len(asset.read_bytes())} bytes  ({groups})")
+        echo(f"{asset.path}  {len(asset.read_bytes())} bytes  ({groups})")
 
 
 @app.command("write")
@@ -233,27 +231,26 @@ def write_command(
     """Write the assets under DIR, laid out as in the repository (DIR/dashboards, DIR/collector_config)."""
     assets = select_assets(iter_assets(), only or ())
     if not assets:
-        print("rulvar-otel: error: this installation ships no assets", file=sys.stderr)
-        raise typer.Exit(EXIT_CONFLICT)
+        say("error: this installation ships no assets")
+        raise typer.Exit(EXIT_USAGE)
     try:
         report = write_assets(assets, directory, force=force)
     except OSError as exc:
-        print(f"rulvar-otel: error: cannot write under {directory}: {exc.strerror or exc}", file=sys.stderr)
-        raise typer.Exit(EXIT_CONFLICT) from None
+        say(f"error: cannot write under {directory}: {exc.strerror or exc}")
+        raise typer.Exit(EXIT_USAGE) from None
     if report.conflicts and not force:
         for path in report.conflicts:
-            print(f"rulvar-otel: {directory / path} differs from the shipped file", file=sys.stderr)
-        print(
-            f"rulvar-otel: error: wrote nothing: {plural(len(report.conflicts), 'changed file')} "
-            "would be overwritten (pass --force to replace)",
-            file=sys.stderr,
+            say(f"{directory / path} differs from the shipped file")
+        say(
+            f"error: wrote nothing: {plural(len(report.conflicts), 'changed file')} "
+            "would be overwritten (pass --force to replace)"
         )
         raise typer.Exit(EXIT_CONFLICT)
     same = f"{plural(len(report.unchanged), 'file')} already identical"
     if not report.written:
-        print(f"nothing to write under {directory}: {same}")
+        echo(f"nothing to write under {directory}: {same}")
     else:
-        print(
+        echo(
             f"wrote {plural(len(report.written), 'file')} under {directory}"
             + (f" ({same})" if report.unchanged else "")
         )

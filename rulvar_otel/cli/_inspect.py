@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rulvar_otel.cli._common import PatternOption
+from rulvar_otel.cli._text import EXIT_OK, EXIT_USAGE, plural, say, terminal_safe
 from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
 from rulvar_otel.core.progress import format_tokens, format_usd
 from rulvar_otel.core.reducers import (
@@ -43,10 +44,6 @@ def _ms(value: float | None) -> str:
     if value < 1000:
         return f"{value:g} ms"
     return f"{value / 1000:.2f} s"
-
-
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 # What the critical-path figures mean, printed under the table.
@@ -97,7 +94,7 @@ def render_inspect(
     def clean(value: object) -> str:
         if value is None:
             return "-"
-        return masker.clean(value if isinstance(value, str) else str(value))
+        return terminal_safe(value if isinstance(value, str) else str(value), masker)
 
     console = Console(file=out, highlight=False, width=width or (None if out.isatty() else 160))
 
@@ -162,8 +159,8 @@ def render_inspect(
     console.print(agents)
     console.print(
         Text(
-            f"{_n(len(table.agents), 'agent span')}, {table.open_agents} open, "
-            f"{_n(table.open_phases, 'open phase')}; "
+            f"{plural(len(table.agents), 'agent span')}, {table.open_agents} open, "
+            f"{plural(table.open_phases, 'open phase')}; "
             f"settled total {format_usd(table.total_cost_usd)}"
         )
     )
@@ -208,23 +205,23 @@ def render_inspect(
         ),
         (
             "  final composition",
-            f"{_ms(path.final_composition_ms)} in {_n(path.composition_spans, 'span')}",
+            f"{_ms(path.final_composition_ms)} in {plural(path.composition_spans, 'span')}",
             (path.final_composition_ms, path.composition_spans),
         ),
         (
             "  claim judge",
-            f"{_ms(path.semantic_judge_ms)} in {_n(path.judge_spans, 'span')} "
+            f"{_ms(path.semantic_judge_ms)} in {plural(path.judge_spans, 'span')} "
             f"(draft {_ms(path.draft_judge_ms)}, final {_ms(path.final_judge_ms)})",
             (path.semantic_judge_ms, path.judge_spans, path.draft_judge_ms, path.final_judge_ms),
         ),
         (
             "  citation judge",
-            f"{_ms(path.citation_judge_ms)} in {_n(path.citation_judge_spans, 'span')}",
+            f"{_ms(path.citation_judge_ms)} in {plural(path.citation_judge_spans, 'span')}",
             (path.citation_judge_ms, path.citation_judge_spans),
         ),
         (
             "  unclassified",
-            f"{_ms(path.unclassified_synthesis_ms)} in {_n(path.unclassified_synthesis_spans, 'span')}",
+            f"{_ms(path.unclassified_synthesis_ms)} in {plural(path.unclassified_synthesis_spans, 'span')}",
             (path.unclassified_synthesis_ms, path.unclassified_synthesis_spans),
         ),
         ("first candidate", _ms(path.first_candidate_ms), (None,)),
@@ -265,7 +262,7 @@ def render_inspect(
     for term, meaning in CRITICAL_PATH_TERMS:
         console.print(Text(f"  {term:<{width}}  {meaning}", style="dim"))
     if hidden:
-        console.print(Text(f"  ({_n(hidden, 'row')} whose figures are all zero not shown)", style="dim"))
+        console.print(Text(f"  ({plural(hidden, 'row')} whose figures are all zero not shown)", style="dim"))
 
 
 def _json_document(table: InvocationTable, path: CriticalPath, masker: SecretMasker) -> str:
@@ -290,21 +287,21 @@ def run_inspect(
         masker = compile_secret_masker(patterns or None)
         events, problems = read_jsonl_events(stream)
     except RulvarOtelError as exc:
-        err.write(f"rulvar-otel inspect: {compile_secret_masker().clean(str(exc))}\n")
-        return 2
+        say(f"inspect: {exc}", stream=err)
+        return EXIT_USAGE
     for problem in problems[:5]:
-        err.write(f"rulvar-otel inspect: skipped {masker.clean(str(problem))}\n")
+        say(f"inspect: skipped {problem}", masker, stream=err)
     if len(problems) > 5:
-        err.write(f"rulvar-otel inspect: skipped {len(problems) - 5} more malformed lines\n")
+        say(f"inspect: skipped {plural(len(problems) - 5, 'more malformed line')}", masker, stream=err)
     if not events:
-        err.write(f"rulvar-otel inspect: {masker.clean(stream)} holds no events\n")
-        return 2
+        say(f"inspect: {stream} holds no events", masker, stream=err)
+        return EXIT_USAGE
     table, path = inspect_events(events)
     if as_json:
         out.write(_json_document(table, path, masker) + "\n")
     else:
         render_inspect(table, path, out, masker=masker)
-    return 0
+    return EXIT_OK
 
 
 def register(app: typer.Typer) -> None:
