@@ -82,6 +82,8 @@ class InMemoryJournalStore:
 
     def append(self, run_id: str, entry: JournalEntry) -> None:
         with self._lock:
+            if entry.kind == JournalKind.RUN_START and run_id in self._runs:
+                raise JournalError(f"run {run_id!r} already has a journal: another run started it")
             self._runs.setdefault(run_id, []).append(entry)
 
     def exists(self, run_id: str) -> bool:
@@ -97,7 +99,11 @@ _SAFE_RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 class JsonlJournalStore:
     """One ``<run_id>.jsonl`` file per run in ``directory``; each append is one flushed line.
 
-    A torn last line (a crash mid-write) is ignored on load: everything before it is intact.
+    A run's ``run_start`` creates its file exclusively (``O_EXCL``): of two runs started with one
+    run id at once, in one process or several, one journals and the other fails with
+    :class:`JournalError`. A torn last line (a crash mid-write) is ignored on load: everything
+    before it is intact. A journal with a repeated ``seq`` or a second ``run_start`` (two writers
+    interleaved) is refused on load, naming the line.
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, fsync: bool = False) -> None:
@@ -119,17 +125,20 @@ class JsonlJournalStore:
         except OSError as exc:
             raise JournalError(f"cannot read journal {path}: {exc.strerror}") from exc
         entries: list[JournalEntry] = []
+        seen = _OneWriter(path)
         lines = raw.split(b"\n")
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
             try:
                 value: Mapping[str, Any] = orjson.loads(line)
-                entries.append(JournalEntry.model_validate(value))
+                entry = JournalEntry.model_validate(value)
             except (orjson.JSONDecodeError, ValueError) as exc:
                 if number == len(lines) or (number == len(lines) - 1 and not lines[-1].strip()):
                     break  # a torn final write
                 raise JournalError(f"{path}:{number}: not a journal entry ({_describe(exc)})") from None
+            seen.check(entry, number)
+            entries.append(entry)
         return entries
 
     def append(self, run_id: str, entry: JournalEntry) -> None:
@@ -141,11 +150,16 @@ class JsonlJournalStore:
         with self._lock:
             try:
                 self.directory.mkdir(parents=True, exist_ok=True)
-                with path.open("ab") as fh:
+                # The run's first entry creates the file, or fails if another run already did.
+                with path.open("xb" if entry.kind == JournalKind.RUN_START else "ab") as fh:
                     fh.write(line)
                     fh.flush()
                     if self._fsync:
                         os.fsync(fh.fileno())
+            except FileExistsError:
+                raise JournalError(
+                    f"journal {path} already exists: another run with id {run_id!r} started first"
+                ) from None
             except OSError as exc:
                 raise JournalError(f"cannot append to journal {path}: {exc.strerror}") from exc
 
@@ -164,6 +178,31 @@ class JsonlJournalStore:
         except OSError as exc:
             raise JournalError(f"cannot list journals in {self.directory}: {exc.strerror}") from exc
         return sorted(name[: -len(".jsonl")] for name in names if name.endswith(".jsonl") and name[0] != ".")
+
+
+class _OneWriter:
+    """Checks, line by line, that one writer wrote a journal: each seq once, one run_start."""
+
+    __slots__ = ("_path", "_seqs", "_start")
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._seqs: dict[int, int] = {}  # seq -> the line that holds it
+        self._start: int | None = None
+
+    def check(self, entry: JournalEntry, number: int) -> None:
+        first = self._seqs.setdefault(entry.seq, number)
+        if first != number:
+            raise JournalError(
+                f"{self._path}:{number}: seq {entry.seq} repeats line {first}; two runs wrote this journal"
+            )
+        if entry.kind == JournalKind.RUN_START:
+            if self._start is not None:
+                raise JournalError(
+                    f"{self._path}:{number}: a second run_start (the first is line {self._start}); "
+                    "two runs wrote this journal"
+                )
+            self._start = number
 
 
 def _describe(exc: Exception) -> str:
