@@ -16,6 +16,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from rulvar_otel._version import __version__
 from rulvar_otel.core import (
     EventLike,
     RunHandle,
@@ -64,7 +65,6 @@ if TYPE_CHECKING:
     from rulvar_otel.sources import handle_from_jsonl, read_jsonl_events
     from rulvar_otel.sources.sse import follow_server_run
 
-__version__ = "0.1.0"
 
 # name -> module that defines it; resolved on first attribute access (PEP 562).
 _LAZY: dict[str, str] = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import tomllib
 from pathlib import Path
@@ -55,3 +56,56 @@ def test_version_is_the_packages() -> None:
     expected = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     result = CliRunner().invoke(app, ["--version"])
     assert result.exit_code == 0 and result.stdout == f"rulvar-otel {expected}\n"
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize("columns", [60, 80, 120])
+@pytest.mark.parametrize(
+    ("path", "command"), COMMANDS, ids=lambda v: " ".join(v) if isinstance(v, list) else ""
+)
+def test_help_shows_every_option_whole_at_any_width(path: list[str], command: object, columns: int) -> None:
+    # CliRunner's stdout is not a terminal: this is the piped rendering, at each width.
+    result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": str(columns), "NO_COLOR": "1"})
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "…" not in out
+    assert max(len(line) for line in out.splitlines()) <= max(columns, 80)
+    tokens = set(re.split(r"[\s,\[\]]+", out))
+    for param in getattr(command, "params", []):
+        for name in (*param.opts, *param.secondary_opts):
+            if name.startswith("-"):
+                assert name in tokens, (path, name, columns)
+        metavar = getattr(param, "metavar", None)
+        if metavar is not None:
+            assert metavar in tokens, (path, metavar, columns)
+        # Values in the option's help (paths, URLs, quoted choices) are never split across lines.
+        for word in (getattr(param, "help", None) or "").split():
+            if "-" in word.strip(".,;:()") and len(word) > 3:
+                assert word in out, (path, word, columns)
+
+
+@pytest.mark.parametrize("columns", [60, 80, 120])
+@pytest.mark.parametrize(
+    ("path", "command"), COMMANDS, ids=lambda v: " ".join(v) if isinstance(v, list) else ""
+)
+def test_command_docstrings_are_reflowed_to_the_width(path: list[str], command: object, columns: int) -> None:
+    doc = getattr(command, "help", None)
+    if not doc:
+        return
+    result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": str(columns), "NO_COLOR": "1"})
+    lines = result.stdout.splitlines()
+    flat = _flat(result.stdout)
+    width = min(columns, 80)
+    for paragraph in doc.split("\n\n"):
+        assert _flat(paragraph) in flat, (path, paragraph)
+        # Re-flowed: a printed line ends a paragraph, or the next word would not have fit on it.
+        words = paragraph.split()
+        for line, after in itertools.pairwise(lines):
+            stripped = line.strip()
+            if not stripped or stripped.split()[-1] not in words or not after.strip():
+                continue
+            if _flat(after) and _flat(after).split()[0] in words and len(line) < width - 30:
+                pytest.fail(f"{path}: {line!r} was cut at a source line break ({columns} columns)")

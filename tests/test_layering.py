@@ -5,13 +5,18 @@ neither knows the other (the CLI joins them). ``core`` loads no OpenTelemetry, n
 terminal library, at any depth of its code; the engine imports OpenTelemetry and its network
 client only lazily, inside the code that needs them (the OpenAI-compatible adapter's httpx, the
 per-request metrics' semantic conventions), so importing it loads none; nothing below the CLI
-loads a CLI library. The top-level modules sit where they belong: ``errors`` imports nothing of the package,
-``masking`` only ``core``, ``testing`` only ``core`` and ``otel``.
+loads a CLI library. The top-level modules sit where they belong: ``errors`` and ``_version`` import
+nothing of the package, ``masking`` only ``core``, ``testing`` only ``core`` and ``otel``.
+
+No module imports another that (through any chain) imports it back, counting imports inside
+functions and under ``TYPE_CHECKING``; no module of the package goes through the public facade
+(``from rulvar_otel import ...``); no module is over 600 lines; no doc names a private module.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +28,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rulvar_otel"
 # Each layer may import the layers at lower ranks; equal ranks are peers that may not import each other.
 RANKS = {"core": 0, "engine": 1, "otel": 2, "export": 3, "sources": 3, "cli": 4}
 TOP_LEVEL_MAY_IMPORT = {
+    "_version": set(),
     "errors": set(),
     "masking": {"core", "errors"},
     "testing": {"core", "otel", "errors"},
@@ -126,3 +132,141 @@ def test_public_facade_resolves_every_name_and_stays_lazy() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+MAX_MODULE_LINES = 600
+ROOT = PACKAGE.parent
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph(package: Path) -> dict[str, set[str]]:
+    """Module -> the package modules it imports, at any depth of its code (functions and
+    ``TYPE_CHECKING`` blocks included); ``from a import b`` names ``a.b`` when that is a module."""
+    modules = {_module_name(p, package.parent): p for p in package.rglob("*.py")}
+
+    def known(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets: set[str | None] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets.update(known(alias.name) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets.update(known(f"{node.module}.{alias.name}") for alias in node.names)
+        graph[name] = {t for t in targets if t is not None and t != name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component: list[str] = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_module_imports_itself_back_through_any_chain() -> None:
+    assert _cycles(_import_graph(PACKAGE)) == []
+
+
+def test_the_cycle_check_sees_lazy_and_type_checking_imports(tmp_path: Path) -> None:
+    package = tmp_path / "rulvar_otel"
+    (package / "engine").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "engine" / "__init__.py").write_text("")
+    (package / "engine" / "a.py").write_text("def f():\n    from rulvar_otel.engine import b\n")
+    (package / "engine" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rulvar_otel.engine.a import f\n"
+    )
+    (package / "engine" / "c.py").write_text("import rulvar_otel.engine.a\n")
+    graph = _import_graph(package)
+    assert graph["rulvar_otel.engine.a"] == {"rulvar_otel.engine.b"}
+    assert _cycles(graph) == [["rulvar_otel.engine.a", "rulvar_otel.engine.b"]]
+
+
+def test_no_module_of_the_package_imports_the_public_facade() -> None:
+    problems: list[str] = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            facade = (
+                isinstance(node, ast.ImportFrom) and node.module == "rulvar_otel" and node.level == 0
+            ) or (isinstance(node, ast.Import) and any(alias.name == "rulvar_otel" for alias in node.names))
+            if facade:
+                problems.append(f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', '?')}")
+    assert problems == []
+
+
+def test_no_module_is_over_the_line_limit() -> None:
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}
+
+
+# A private module of the package, named as a dotted path or a file path: rulvar_otel.cli._progress,
+# otel/_mapper.py, core._critical_path.
+_PRIVATE_MODULE = re.compile(
+    r"(?<![\w/.])(?:rulvar_otel[./])?(?:core|engine|otel|export|sources|cli)(?:[./]\w+)*[./]_[a-z]\w*"
+)
+
+
+def test_no_doc_names_a_private_module() -> None:
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    problems = [
+        f"{doc.name}:{number}: {match.group(0)}"
+        for doc in docs
+        for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1)
+        for match in _PRIVATE_MODULE.finditer(line)
+    ]
+    assert problems == []
+
+
+def test_the_doc_check_catches_private_names() -> None:
+    for text in ("rulvar_otel.cli._progress.open_progress", "see otel/_mapper.py", "core._critical_path"):
+        assert _PRIVATE_MODULE.search(text), text
+    for text in ("rulvar_otel.core.progress", "tests/_support/_receivers.py", "benchmarks/_floor.py"):
+        assert not _PRIVATE_MODULE.search(text), text

@@ -188,6 +188,7 @@ PINNED: dict[str, list[str]] = {
         "Decision",
         "DeterminismError",
         "Engine",
+        "EngineConfig",
         "EngineRunHandle",
         "ExposureDrainedError",
         "ExposureGate",

@@ -160,7 +160,7 @@ def test_the_installed_command_refuses_to_overwrite_a_changed_file(
     before = rules.stat().st_mtime_ns
 
     refused = run_installed(bindir, "assets", "write", str(out), cwd=tmp_path)
-    assert refused.returncode == 2
+    assert refused.returncode == 3  # the asset-conflict code, distinct from a usage error
     assert f"{rules} differs from the shipped file" in refused.stderr
     assert "wrote nothing" in refused.stderr and "--force" in refused.stderr
     assert rules.read_text() == "# my local edit\n" and rules.stat().st_mtime_ns == before

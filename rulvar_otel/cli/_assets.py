@@ -9,7 +9,7 @@ install) reads them from the repository itself.
 ``assets write DIR`` lays them out as in the repository (``DIR/dashboards/...``,
 ``DIR/collector_config/...``), so the compose file's relative mounts work from
 ``DIR/collector_config``. A file already there with other content is never overwritten without
-``--force``: the command then writes nothing and names the files (exit code 2). Identical files
+``--force``: the command then writes nothing and names the files (exit code 3). Identical files
 are left alone.
 """
 
@@ -28,7 +28,7 @@ from typing import Annotated, Final
 
 import typer
 
-from rulvar_otel.cli._output import plural, say, terminal_safe
+from rulvar_otel.cli._text import EXIT_CONFLICT, EXIT_USAGE, echo, plural, say
 
 __all__ = [
     "Asset",
@@ -41,7 +41,6 @@ __all__ = [
     "write_assets",
 ]
 
-EXIT_CONFLICT: Final = 2
 _ROOTS: Final = ("dashboards", "collector_config")
 
 
@@ -236,7 +235,7 @@ def list_command(only: OnlyOption = None) -> None:
     """Print every shipped asset with its size and groups."""
     for asset in select_assets(iter_assets(), only or ()):
         groups = ", ".join(g.value for g in AssetGroup if g in asset.groups)
-        print(terminal_safe(f"{asset.path}  {len(asset.read_bytes())} bytes  ({groups})"))
+        echo(f"{asset.path}  {len(asset.read_bytes())} bytes  ({groups})")
 
 
 @app.command("write")
@@ -251,12 +250,12 @@ def write_command(
     assets = select_assets(iter_assets(), only or ())
     if not assets:
         say("error: this installation ships no assets")
-        raise typer.Exit(EXIT_CONFLICT)
+        raise typer.Exit(EXIT_USAGE)
     try:
         report = write_assets(assets, directory, force=force)
     except OSError as exc:
         say(f"error: cannot write under {directory}: {exc.strerror or exc}")
-        raise typer.Exit(EXIT_CONFLICT) from None
+        raise typer.Exit(EXIT_USAGE) from None
     if report.blocked:
         for obstacle in report.blocked:
             kind = (
@@ -277,13 +276,11 @@ def write_command(
         raise typer.Exit(EXIT_CONFLICT)
     same = f"{plural(len(report.unchanged), 'file')} already identical"
     if not report.written:
-        print(terminal_safe(f"nothing to write under {directory}: {same}"))
+        echo(f"nothing to write under {directory}: {same}")
     else:
-        print(
-            terminal_safe(
-                f"wrote {plural(len(report.written), 'file')} under {directory}"
-                + (f" ({same})" if report.unchanged else "")
-            )
+        echo(
+            f"wrote {plural(len(report.written), 'file')} under {directory}"
+            + (f" ({same})" if report.unchanged else "")
         )
 
 

@@ -3,10 +3,8 @@
 The pipeline itself is library code (:mod:`rulvar_otel.export`); this module turns command-line
 values into :class:`~rulvar_otel.export.ExportOptions` (``@with_export_options`` gives every
 exporting command the same flags), runs :func:`~rulvar_otel.export.export_run` with the progress
-view as an observer, and hands the report to ``_output`` for printing. Exit codes (from
-``_output``): :data:`EXIT_OK` (every span delivered), :data:`EXIT_EXPORT_FAILED` (a destination
-refused or was unreachable, or stdout could not be written), :data:`EXIT_USAGE` (bad options or
-bad input), :data:`EXIT_INTERRUPTED` (Ctrl-C: what was read was exported).
+view as an observer, and hands the report to ``_output`` for printing. The exit codes are the
+table in ``_text``.
 """
 
 from __future__ import annotations
@@ -24,12 +22,13 @@ from urllib.parse import parse_qsl, urlsplit
 
 import typer
 
-from rulvar_otel.cli._output import (
+from rulvar_otel.cli._output import print_report
+from rulvar_otel.cli._text import (
     EXIT_EXPORT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
-    print_report,
+    PROGRESS_MODES,
     say,
     terminal_safe,
 )
@@ -67,8 +66,6 @@ __all__ = [
     "with_export_options",
 ]
 
-
-PROGRESS_MODES: Final = ("auto", "tty", "lines", "off")
 
 # --- reusable Typer options ---------------------------------------------------------------------
 

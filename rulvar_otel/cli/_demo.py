@@ -17,15 +17,8 @@ from typing import Annotated, TextIO
 import orjson
 import typer
 
-from rulvar_otel.cli._common import (
-    EXIT_OK,
-    EXIT_USAGE,
-    CommandOptions,
-    open_metrics,
-    run_export_async,
-    say,
-    with_export_options,
-)
+from rulvar_otel.cli._common import CommandOptions, open_metrics, run_export_async, with_export_options
+from rulvar_otel.cli._text import EXIT_OK, EXIT_USAGE, say
 from rulvar_otel.core.events import event_to_wire
 from rulvar_otel.engine import (
     EngineRunHandle,

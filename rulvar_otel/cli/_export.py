@@ -10,14 +10,8 @@ import orjson
 import typer
 from pydantic import ValidationError
 
-from rulvar_otel.cli._common import (
-    EXIT_INTERRUPTED,
-    EXIT_USAGE,
-    CommandOptions,
-    run_export,
-    say,
-    with_export_options,
-)
+from rulvar_otel.cli._common import CommandOptions, run_export, with_export_options
+from rulvar_otel.cli._text import EXIT_INTERRUPTED, EXIT_USAGE, say
 from rulvar_otel.core.handle import RunOutcome, outcome_from_json
 from rulvar_otel.errors import ConfigError, RunRejectedError, SourceError, StreamLineError
 from rulvar_otel.export import StreamedRun, check_output_is_not_input

@@ -5,10 +5,19 @@ argument already named by its metavar). Here a flag shows no value column, an ar
 its name only (bare in the usage line when required, not in braces), and an option shows its
 metavar, or the upper-case name of its type when it declares none, so every value reads ``URL``,
 ``FILE``, ``N``, never ``<int>``.
+
+Help reads whole at any width, piped or not: the app renders it as plain text (no boxed tables
+that squeeze a column and cut ``--prometheus-linger`` to ``--prometheus-lin…``), paragraphs of a
+docstring are re-flowed to the width, and the wrapper never splits a word: not at a hyphen (a
+value such as ``./rulvar-traces.otlp.jsonl`` stays whole, so ``--help | grep`` finds it) and not
+when it is longer than the column (it takes a line of its own instead).
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import textwrap
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Final
 
@@ -56,6 +65,33 @@ def _argument_usage(self: TyperArgument) -> str:
     return name + ("..." if self.nargs != 1 else "")
 
 
+def _install_whole_word_wrapping() -> None:
+    """Make the help formatter's text wrapper keep every word whole (an option name, a value, a
+    path or URL): no split at a hyphen, and a word longer than the column moves to its own line."""
+    module: Any = None
+    for name in ("typer._click._textwrap", "click._textwrap"):  # click vendored in newer Typer
+        with contextlib.suppress(ImportError):
+            module = importlib.import_module(name)
+            break
+    if module is None or getattr(module.TextWrapper, "keeps_words_whole", False):
+        return
+    base: Any = module.TextWrapper
+
+    class WholeWordWrapper(base):  # type: ignore[misc, valid-type]
+        keeps_words_whole = True
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("break_on_hyphens", False)
+            kwargs.setdefault("break_long_words", False)
+            super().__init__(*args, **kwargs)
+
+        def _handle_long_word(self, chunks: list[str], line: list[str], length: int, width: int) -> None:
+            # The standard library's handling: with break_long_words off, a long word moves whole.
+            textwrap.TextWrapper._handle_long_word(self, chunks, line, length, width)
+
+    module.TextWrapper = WholeWordWrapper  # the formatter looks it up at each call
+
+
 _installed = False
 
 
@@ -69,4 +105,5 @@ def install_help_style() -> None:
     option_cls.display_type_rich = _option_type
     argument_cls.display_type_rich = _argument_type
     argument_cls._usage_display_name = _argument_usage
+    _install_whole_word_wrapping()
     _installed = True

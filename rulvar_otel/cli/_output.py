@@ -1,7 +1,7 @@
 """How an export is shown on a terminal: the span tree, notes, failures, one summary line, the exit code.
 
-Every printed dynamic string goes through :func:`terminal_safe` (masked, stripped of terminal
-controls, bounded). A stdout that refuses writes (a full disk, ``/dev/full``) is reported, never a
+Every printed dynamic string goes through ``rulvar_otel.cli._text.terminal_safe`` (masked, stripped
+of terminal controls, bounded). A stdout that refuses writes (a full disk, ``/dev/full``) is reported, never a
 traceback.
 """
 
@@ -11,50 +11,20 @@ import contextlib
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Final, TextIO
+from typing import TextIO
 
+from rulvar_otel.cli._text import (
+    EXIT_EXPORT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    plural,
+    say,
+)
 from rulvar_otel.export import ExportReport, FailureKind
-from rulvar_otel.masking import SecretMasker, compile_secret_masker, output_masker
+from rulvar_otel.masking import SecretMasker, compile_secret_masker
 
-__all__ = [
-    "EXIT_EXPORT_FAILED",
-    "EXIT_INTERRUPTED",
-    "EXIT_OK",
-    "EXIT_USAGE",
-    "exit_code",
-    "plural",
-    "print_report",
-    "say",
-    "terminal_safe",
-]
-
-EXIT_OK: Final = 0
-EXIT_EXPORT_FAILED: Final = 1
-EXIT_USAGE: Final = 2
-EXIT_INTERRUPTED: Final = 130  # 128 + SIGINT, as shells report it
-
-# A printed message keeps at most this many characters (a span name can be megabytes).
-MAX_PRINTED_CHARS: Final = 1000
-
-
-def terminal_safe(text: str, masker: SecretMasker | None = None) -> str:
-    """Sanitize, mask (URL userinfo redacted) and bound: the discipline for every printed dynamic string.
-
-    The command's own masker (``--pattern`` and the secrets it was given) always applies, after
-    ``masker`` when one is given.
-    """
-    if len(text) > 4 * MAX_PRINTED_CHARS:
-        text = text[: 4 * MAX_PRINTED_CHARS]
-    command = output_masker()
-    cleaned = command.clean(text if masker is None or masker is command else masker.clean(text))
-    return cleaned if len(cleaned) <= MAX_PRINTED_CHARS else cleaned[: MAX_PRINTED_CHARS - 1] + "…"
-
-
-def say(text: str, masker: SecretMasker | None = None, *, stream: TextIO | None = None) -> None:
-    """One ``rulvar-otel: ...`` line on stderr (a closed stderr is not worth a traceback)."""
-    err = stream if stream is not None else sys.stderr
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        print(f"rulvar-otel: {terminal_safe(text, masker)}", file=err, flush=True)
+__all__ = ["exit_code", "print_report"]
 
 
 def exit_code(report: ExportReport) -> int:
@@ -66,11 +36,6 @@ def exit_code(report: ExportReport) -> int:
     if report.interrupted:
         return EXIT_INTERRUPTED
     return EXIT_OK
-
-
-def plural(count: int, word: str) -> str:
-    """``1 span``, ``2 spans``: a count and its noun, for every line the CLI prints."""
-    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def _summary(report: ExportReport) -> str:

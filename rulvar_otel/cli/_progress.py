@@ -16,12 +16,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Literal, TextIO
+from typing import Any, Final, TextIO
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.text import Text
 
+from rulvar_otel.cli._text import PROGRESS_MODES
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import SecretMasker, default_masker
 from rulvar_otel.core.progress import (
@@ -36,8 +37,6 @@ from rulvar_otel.errors import ConfigError
 
 __all__ = ["PROGRESS_MODES", "ProgressView", "open_progress", "summary_lines"]
 
-PROGRESS_MODES: Final = ("auto", "tty", "lines", "off")
-ProgressMode = Literal["auto", "tty", "lines", "off"]
 
 _SPINNER: Final = "|/-\\"
 _GLYPHS: Final = {

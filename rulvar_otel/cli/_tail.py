@@ -21,15 +21,8 @@ from typing import Annotated, Final
 
 import typer
 
-from rulvar_otel.cli._common import (
-    EXIT_INTERRUPTED,
-    EXIT_USAGE,
-    CommandOptions,
-    run_export,
-    say,
-    with_export_options,
-)
-from rulvar_otel.cli._output import plural
+from rulvar_otel.cli._common import CommandOptions, run_export, with_export_options
+from rulvar_otel.cli._text import EXIT_INTERRUPTED, EXIT_USAGE, plural, say
 from rulvar_otel.core.masking import compile_secret_masker
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.sources.sse import NoteKind, ReconnectPolicy, ServerRunHandle, SseNote, follow_server_run

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.text import Text
 from rich.tree import Tree
 
-from rulvar_otel.cli._output import plural
+from rulvar_otel.cli._text import plural
 from rulvar_otel.core.masking import SecretMasker, default_masker
 from rulvar_otel.otel import semconv
 

@@ -144,6 +144,141 @@ def reduce_critical_path(events: Iterable[EventLike]) -> CriticalPath:
     return reduce_events(critical_path_fold(), events)
 
 
+class _PathFold:
+    """The critical-path reading's state while a stream is folded."""
+
+    def __init__(self) -> None:
+        self.run_start: float | None = None
+        self.run_end: float | None = None
+        self.segments = 0
+        self.agents: AgentLifecycle[None] = AgentLifecycle()
+        self.last_worker_end: float | None = None
+        self.worker_spans = 0
+        self.host_rejected = 0
+        self.synth_ms: dict[SynthesizeClass, float] = {
+            "composition": 0.0,
+            "claim-judge": 0.0,
+            "citation-judge": 0.0,
+            "unclassified": 0.0,
+        }
+        self.synth_spans: dict[SynthesizeClass, int] = dict.fromkeys(self.synth_ms, 0)
+        self.draft_judge_ms = 0.0
+        self.final_judge_ms = 0.0
+        self.candidate_ends: list[float] = []
+        self.coord_model: list[tuple[str, float, float]] = []
+        self.coord_tools: list[tuple[str, float, float]] = []
+        self.synth_intervals: list[tuple[SynthesizeClass, float, float]] = []
+
+    def feed(self, wire: Mapping[str, Any]) -> None:
+        kind = wire.get("type")
+        at = ts_ms(wire.get("ts"))
+        # Agents pair on every event, timed or not, as every other consumer pairs them.
+        started: AgentSpan[None] | None = None  # for an agent:end, the start it closes
+        if kind == "agent:start":
+            self.agents.start(wire)
+        elif kind == "agent:end":
+            started = self.agents.end(wire)
+        if at is None:
+            return
+        if kind == "run:start":
+            self.segments += 1
+            if self.run_start is None:
+                self.run_start = at
+        elif kind == "run:end":
+            self.run_end = at
+        elif kind in ("agent:phase:end", "tool:end"):
+            self._coordination(kind == "agent:phase:end", wire, at)
+        elif kind == "agent:end":
+            self._agent_end(wire, at, started)
+
+    def _coordination(self, model_call: bool, wire: Mapping[str, Any], at: float) -> None:
+        """A coordinator's model call or tool execution, as an interval ending at ``at``."""
+        started = self.agents.get(as_str(wire.get("spanId")) or "")
+        if started is None or started.role != COORDINATION_ROLE:
+            return
+        duration = as_number(wire.get("durationMs"))
+        span = duration if duration is not None and duration > 0 else 0.0
+        if model_call:
+            self.coord_model.append((as_str(wire.get("role")) or "unknown", at - span, at))
+        else:
+            self.coord_tools.append((as_str(wire.get("toolName")) or "unknown", at - span, at))
+
+    def _agent_end(self, wire: Mapping[str, Any], at: float, started: AgentSpan[None] | None) -> None:
+        if wire.get("hostRejected") is True:
+            self.host_rejected += 1
+        start_ns = started.start_ns if started is not None else None
+        if started is None or start_ns is None:
+            return  # an end whose start this stream never saw cannot be placed in time
+        started_at = round(start_ns / 1e6, 3)
+        if started.role == SYNTHESIZE_ROLE:
+            self._synthesize_end(started.label, started_at, at)
+        elif started.role != COORDINATION_ROLE:
+            self.worker_spans += 1
+            self.last_worker_end = at if self.last_worker_end is None else max(self.last_worker_end, at)
+
+    def _synthesize_end(self, label: str | None, started_at: float, at: float) -> None:
+        wall = max(0.0, at - started_at)
+        klass = synthesize_span_class(label)
+        self.synth_ms[klass] += wall
+        self.synth_spans[klass] += 1
+        if klass == "claim-judge":
+            if label == CLAIM_JUDGE_LABEL:
+                self.draft_judge_ms += wall
+            else:
+                self.final_judge_ms += wall
+        elif klass == "composition":
+            self.candidate_ends.append(at)
+        self.synth_intervals.append((klass, started_at, at))
+
+    def reading(self) -> CriticalPath:
+        run_start, run_end, last_worker_end = self.run_start, self.run_end, self.last_worker_end
+        synth_ms, synth_spans, candidate_ends = self.synth_ms, self.synth_spans, self.candidate_ends
+        synthesis_ms = sum(synth_ms.values())
+        run_wall = max(0.0, run_end - run_start) if run_start is not None and run_end is not None else None
+        post_fan_in_ms: float | None = None
+        breakdown: PostFanInBreakdown | None = None
+        if run_end is not None and last_worker_end is not None:
+            post_fan_in_ms = max(0.0, run_end - last_worker_end)
+            breakdown = _decompose(
+                min(last_worker_end, run_end),
+                run_end,
+                post_fan_in_ms,
+                self.coord_model,
+                self.coord_tools,
+                self.synth_intervals,
+            )
+        wall_ok = run_wall is not None and run_wall > 0
+        return CriticalPath(
+            segments=self.segments,
+            run_wall_ms=run_wall,
+            post_fan_in_ms=post_fan_in_ms,
+            post_fan_in_share=post_fan_in_ms / run_wall
+            if wall_ok and run_wall is not None and post_fan_in_ms is not None
+            else None,
+            synthesis_ms=synthesis_ms,
+            synthesis_share=synthesis_ms / run_wall if wall_ok and run_wall is not None else None,
+            final_composition_ms=synth_ms["composition"],
+            semantic_judge_ms=synth_ms["claim-judge"],
+            draft_judge_ms=self.draft_judge_ms,
+            final_judge_ms=self.final_judge_ms,
+            citation_judge_ms=synth_ms["citation-judge"],
+            unclassified_synthesis_ms=synth_ms["unclassified"],
+            composition_spans=synth_spans["composition"],
+            judge_spans=synth_spans["claim-judge"],
+            citation_judge_spans=synth_spans["citation-judge"],
+            unclassified_synthesis_spans=synth_spans["unclassified"],
+            first_candidate_ms=min(candidate_ends) - run_start
+            if candidate_ends and run_start is not None
+            else None,
+            last_candidate_ms=max(candidate_ends) - run_start
+            if candidate_ends and run_start is not None
+            else None,
+            worker_spans=self.worker_spans,
+            host_rejected_spans=self.host_rejected,
+            post_fan_in=breakdown,
+        )
+
+
 def _critical_path() -> Generator[None, Mapping[str, Any] | None, CriticalPath]:
     """Fold a run's events into its critical-path reading.
 
@@ -152,118 +287,10 @@ def _critical_path() -> Generator[None, Mapping[str, Any] | None, CriticalPath]:
     coordinator's model activations and tool executions and the synthesize spans, each clipped to
     the window, with their exact union and the uncovered residue.
     """
-    run_start: float | None = None
-    run_end: float | None = None
-    segments = 0
-    agents: AgentLifecycle[None] = AgentLifecycle()
-    last_worker_end: float | None = None
-    worker_spans = 0
-    host_rejected = 0
-    synth_ms: dict[SynthesizeClass, float] = {
-        "composition": 0.0,
-        "claim-judge": 0.0,
-        "citation-judge": 0.0,
-        "unclassified": 0.0,
-    }
-    synth_spans: dict[SynthesizeClass, int] = dict.fromkeys(synth_ms, 0)
-    draft_judge_ms = 0.0
-    final_judge_ms = 0.0
-    candidate_ends: list[float] = []
-    coord_model: list[tuple[str, float, float]] = []
-    coord_tools: list[tuple[str, float, float]] = []
-    synth_intervals: list[tuple[SynthesizeClass, float, float]] = []
-
+    fold = _PathFold()
     while (wire := (yield)) is not None:
-        kind = wire.get("type")
-        at = ts_ms(wire.get("ts"))
-        # Agents pair on every event, timed or not, as every other consumer pairs them.
-        started: AgentSpan[None] | None = None  # for an agent:end, the start it closes
-        if kind == "agent:start":
-            agents.start(wire)
-        elif kind == "agent:end":
-            started = agents.end(wire)
-        if at is None:
-            continue
-        span_id = as_str(wire.get("spanId")) or ""
-        if kind == "run:start":
-            segments += 1
-            if run_start is None:
-                run_start = at
-        elif kind == "run:end":
-            run_end = at
-        elif kind in ("agent:phase:end", "tool:end"):
-            started = agents.get(span_id)
-            if started is None or started.role != COORDINATION_ROLE:
-                continue
-            duration = as_number(wire.get("durationMs"))
-            span = duration if duration is not None and duration > 0 else 0.0
-            if kind == "agent:phase:end":
-                coord_model.append((as_str(wire.get("role")) or "unknown", at - span, at))
-            else:
-                coord_tools.append((as_str(wire.get("toolName")) or "unknown", at - span, at))
-        elif kind == "agent:end":
-            if wire.get("hostRejected") is True:
-                host_rejected += 1
-            start_ns = started.start_ns if started is not None else None
-            if started is None or start_ns is None:
-                continue  # an end whose start this stream never saw cannot be placed in time
-            started_at = round(start_ns / 1e6, 3)
-            if started.role == SYNTHESIZE_ROLE:
-                wall = max(0.0, at - started_at)
-                klass = synthesize_span_class(started.label)
-                synth_ms[klass] += wall
-                synth_spans[klass] += 1
-                if klass == "claim-judge":
-                    if started.label == CLAIM_JUDGE_LABEL:
-                        draft_judge_ms += wall
-                    else:
-                        final_judge_ms += wall
-                elif klass == "composition":
-                    candidate_ends.append(at)
-                synth_intervals.append((klass, started_at, at))
-            elif started.role != COORDINATION_ROLE:
-                worker_spans += 1
-                last_worker_end = at if last_worker_end is None else max(last_worker_end, at)
-
-    synthesis_ms = sum(synth_ms.values())
-    run_wall = max(0.0, run_end - run_start) if run_start is not None and run_end is not None else None
-    post_fan_in_ms: float | None = None
-    breakdown: PostFanInBreakdown | None = None
-    if run_end is not None and last_worker_end is not None:
-        post_fan_in_ms = max(0.0, run_end - last_worker_end)
-        breakdown = _decompose(
-            min(last_worker_end, run_end), run_end, post_fan_in_ms, coord_model, coord_tools, synth_intervals
-        )
-    wall_ok = run_wall is not None and run_wall > 0
-    return CriticalPath(
-        segments=segments,
-        run_wall_ms=run_wall,
-        post_fan_in_ms=post_fan_in_ms,
-        post_fan_in_share=post_fan_in_ms / run_wall
-        if wall_ok and run_wall is not None and post_fan_in_ms is not None
-        else None,
-        synthesis_ms=synthesis_ms,
-        synthesis_share=synthesis_ms / run_wall if wall_ok and run_wall is not None else None,
-        final_composition_ms=synth_ms["composition"],
-        semantic_judge_ms=synth_ms["claim-judge"],
-        draft_judge_ms=draft_judge_ms,
-        final_judge_ms=final_judge_ms,
-        citation_judge_ms=synth_ms["citation-judge"],
-        unclassified_synthesis_ms=synth_ms["unclassified"],
-        composition_spans=synth_spans["composition"],
-        judge_spans=synth_spans["claim-judge"],
-        citation_judge_spans=synth_spans["citation-judge"],
-        unclassified_synthesis_spans=synth_spans["unclassified"],
-        first_candidate_ms=min(candidate_ends) - run_start
-        if candidate_ends and run_start is not None
-        else None,
-        last_candidate_ms=max(candidate_ends) - run_start
-        if candidate_ends and run_start is not None
-        else None,
-        worker_spans=worker_spans,
-        host_rejected_spans=host_rejected,
-        post_fan_in=breakdown,
-    )
+        fold.feed(wire)
+    return fold.reading()
 
 
 def _decompose(

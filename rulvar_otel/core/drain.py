@@ -18,9 +18,8 @@ from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
-from rulvar_otel.core.events import EventModel
+from rulvar_otel.core.events import EventModel, as_wire
 from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome, outcome_from_run_end
-from rulvar_otel.core.wire import RUN_END, as_wire
 
 __all__ = ["Drained", "FanOut", "FoldSink", "Sink", "drain", "drain_events"]
 
@@ -160,7 +159,7 @@ async def _drain(handle: RunHandle, sinks: tuple[Sink, ...]) -> Drained:
         async for event in handle.events:
             wire = _snapshot(event)
             count += 1
-            if wire.get("type") == RUN_END:
+            if wire.get("type") == "run:end":
                 last_run_end = wire
             for feed in feeds:
                 try:
@@ -194,7 +193,7 @@ def drain_events(events: Iterable[EventLike], *sinks: Sink, outcome: Outcome = N
         for event in events:
             wire = _snapshot(event)
             count += 1
-            if wire.get("type") == RUN_END:
+            if wire.get("type") == "run:end":
                 last_run_end = wire
             # The sinks in line, not through a FanOut: one call less per event.
             for feed in feeds:

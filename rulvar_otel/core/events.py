@@ -13,7 +13,7 @@ determinism) and ``_events_adaptive`` (adaptive orchestration, plan, accounting)
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Final, TypeAlias, Union
+from typing import Annotated, Any, Final, TypeAlias, Union, get_args
 
 import orjson
 from pydantic import Discriminator, Tag, TypeAdapter, ValidationError
@@ -134,26 +134,16 @@ __all__ = [
     "VerifyFailed",
     "WireError",
     "WorkflowEvent",
+    "EventLike",
+    "as_wire",
     "event_to_wire",
     "parse_event",
     "parse_ts_ns",
 ]
 
-_KNOWN: tuple[type[EventModel], ...] = (
-    RunStart, RunEnd, PhaseStart, Log, BudgetUpdate, ExternalWaiting, ApprovalPending, ChildStart,
-    ChildEnd, AgentQueued, AgentStart, AgentPhaseStart, AgentPhaseEnd, AgentEnd, AgentError,
-    QuotaDenied, BudgetExposureWait, AgentSchemaRetry, ControlWire, AgentStream, ToolStart, ToolEnd,
-    DeterminismWarning, PlanRevised, NodeParked, NodeCancelled, NodeLinked, OrchestratorWoke,
-    OrchestratorBudget, OrchestratorAcceptance, EscalationRaised, EscalationDecided, SpawnAdmitted,
-    SpawnRejected, VerifyFailed, LedgerOp, StallDetected, GuardOscillation, ResolutionApplied,
-    ResolutionSuperseded, TerminationDebit, TerminationDenied, TerminationConfigDrift,
-    AdmissionLeaseLost, JournalCompat,
-)  # fmt: skip
+# An event in either form a consumer meets: a typed model, or its wire-form mapping.
+EventLike: TypeAlias = EventModel | Mapping[str, Any]
 
-_MODEL_BY_TYPE: Final[dict[str, type[EventModel]]] = {
-    model.model_fields["type"].default: model for model in _KNOWN
-}
-KNOWN_EVENT_TYPES: Final = frozenset(_MODEL_BY_TYPE)
 _UNKNOWN_TAG: Final = "\x00unknown"
 
 
@@ -214,6 +204,17 @@ WorkflowEvent: TypeAlias = Annotated[
     Discriminator(_discriminate),
 ]
 
+# Every known model, read off the union: adding an event type is its model plus one union member.
+_KNOWN: Final[tuple[type[EventModel], ...]] = tuple(
+    get_args(member)[0]
+    for member in get_args(get_args(WorkflowEvent)[0])
+    if get_args(member)[0] is not UnknownEvent
+)
+_MODEL_BY_TYPE: Final[dict[str, type[EventModel]]] = {
+    model.model_fields["type"].default: model for model in _KNOWN
+}
+KNOWN_EVENT_TYPES: Final = frozenset(_MODEL_BY_TYPE)
+
 _ADAPTER: Final[TypeAdapter[WorkflowEvent]] = TypeAdapter(WorkflowEvent)
 
 
@@ -246,6 +247,16 @@ def _describe(value: Mapping[str, Any], exc: ValidationError) -> str:
         loc = [str(p) for p in err["loc"] if str(p) != kind and str(p) != _UNKNOWN_TAG]
         parts.append(f"{'.'.join(loc) or '<event>'}: {err['msg']}")
     return f"invalid {kind!r} event: " + "; ".join(parts)
+
+
+def as_wire(event: EventLike) -> Mapping[str, Any]:
+    """The wire-form mapping of either event form (a mapping is returned as it is).
+
+    Anything else has no wire form: an empty mapping, which every consumer skips.
+    """
+    if type(event) is dict or isinstance(event, Mapping):
+        return event
+    return event_to_wire(event) if isinstance(event, EventModel) else {}
 
 
 def event_to_wire(event: EventModel | Mapping[str, Any]) -> dict[str, Any]:

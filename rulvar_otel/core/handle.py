@@ -13,7 +13,7 @@ from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from rulvar_otel.core.events import EventModel, event_to_wire
+from rulvar_otel.core.events import EventLike, EventModel, event_to_wire
 from rulvar_otel.errors import RunRejectedError, SourceError
 
 __all__ = [
@@ -29,7 +29,6 @@ __all__ = [
 
 # Events travel either as typed models (the bundled engine) or as wire-form dicts (recorded
 # streams, servers): parsing every line into a model would dominate the exporter's cost.
-EventLike: TypeAlias = EventModel | Mapping[str, Any]
 Listener: TypeAlias = Callable[[EventLike], object]
 
 

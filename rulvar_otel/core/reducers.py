@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 
 from rulvar_otel.core._critical_path import (
     CITATION_JUDGE_LABEL,
@@ -243,15 +243,22 @@ def reduce_invocation_table(events: Iterable[EventLike]) -> InvocationTable:
     return reduce_events(invocation_table_fold(), events)
 
 
-def _invocation_table() -> Generator[None, Mapping[str, Any] | None, InvocationTable]:
-    agents: dict[str, _Agent] = {}
-    lifecycle: AgentLifecycle[None] = AgentLifecycle()  # rows stay in `agents`
-    open_phases: dict[tuple[str, int | None], _Phase] = {}
-    buckets: dict[str, tuple[Usage, list[float], list[CostBasis], list[int]]] = {}
-    total = 0.0
+# A tuple, not a set: a junk ``type`` (a list, a dict) must compare unequal, not fail to hash.
+_AGENT_EVENT_TYPES: Final = ("agent:start", "agent:phase:start", "agent:phase:end", "agent:end")
 
-    def row_for(wire: Mapping[str, Any], span_id: str) -> _Agent:
-        row = agents.get(span_id)
+
+class _InvocationFold:
+    """The invocation table's state while a stream is folded: one method per agent event type."""
+
+    def __init__(self) -> None:
+        self.agents: dict[str, _Agent] = {}
+        self.lifecycle: AgentLifecycle[None] = AgentLifecycle()  # rows stay in `agents`
+        self.open_phases: dict[tuple[str, int | None], _Phase] = {}
+        self.buckets: dict[str, tuple[Usage, list[float], list[CostBasis], list[int]]] = {}
+        self.total = 0.0
+
+    def row_for(self, wire: Mapping[str, Any], span_id: str) -> _Agent:
+        row = self.agents.get(span_id)
         if row is None:
             row = _Agent(
                 span_id,
@@ -260,92 +267,111 @@ def _invocation_table() -> Generator[None, Mapping[str, Any] | None, InvocationT
                 as_str(wire.get("label")),
                 wire.get("replayed") is True,
             )
-            agents[span_id] = row
+            self.agents[span_id] = row
         return row
 
+    def agent_start(self, wire: Mapping[str, Any], row: _Agent) -> None:
+        opened = self.lifecycle.start(wire)
+        if opened is None:
+            return  # a re-emitted or legacy per-phase repeat of its opener changes nothing
+        # A row closed before its start was closed by an agent:end that paired with nothing.
+        row.open = True
+        row.status = None
+        row.ended_ms = None
+        row.role = opened.role
+        row.model = opened.model
+        row.started_ms = ts_ms(opened.ts)
+        if row.label is None:
+            row.label = opened.label
+
+    def phase_start(self, wire: Mapping[str, Any], row: _Agent) -> None:
+        invocation = as_int(wire.get("invocation"))
+        phase = _Phase(
+            invocation, as_str(wire.get("role")), as_str(wire.get("model")), wire.get("replayed") is True
+        )
+        row.phases.append(phase)
+        self.open_phases[(row.span_id, invocation)] = phase
+
+    def phase_end(self, wire: Mapping[str, Any], row: _Agent) -> None:
+        invocation = as_int(wire.get("invocation"))
+        found = self.open_phases.pop((row.span_id, invocation), None)
+        if found is None:
+            # An end without its start (attached mid-stream): keep its facts rather than drop them.
+            found = _Phase(
+                invocation,
+                as_str(wire.get("role")),
+                as_str(wire.get("model")),
+                wire.get("replayed") is True,
+            )
+            row.phases.append(found)
+        found.open = False
+        found.role = as_str(wire.get("role")) or found.role
+        found.model = as_str(wire.get("model")) or found.model
+        found.duration_ms = as_number(wire.get("durationMs"))
+        found.usage = _usage(wire.get("usage"))
+        found.cost_usd = as_number(wire.get("costUsd"))
+        found.cost_basis = _basis(wire.get("costBasis"))
+        found.outcome = as_str(wire.get("outcome"))
+        found.retries = as_int(wire.get("retries"))
+        self._book_role(found)
+
+    def _book_role(self, phase: _Phase) -> None:
+        """Add a completed phase pair to its role's bucket."""
+        usage_acc, cost_acc, basis_acc, count_acc = self.buckets.setdefault(
+            phase.role or "unknown", ({}, [0.0], ["per-call"], [0])
+        )
+        _add_usage(usage_acc, phase.usage or {})
+        cost_acc[0] += phase.cost_usd or 0.0
+        if phase.cost_basis != "per-call" or phase.cost_usd is None:
+            basis_acc[0] = "aggregate-estimate"
+        count_acc[0] += 1
+
+    def agent_end(self, wire: Mapping[str, Any], row: _Agent) -> None:
+        if self.lifecycle.end(wire) is None and self.lifecycle.closed(row.span_id):
+            return  # a repeated closer: the span already has its end
+        row.open = False
+        row.status = as_str(wire.get("status"))
+        row.ended_ms = ts_ms(wire.get("ts"))
+        row.usage = _usage(wire.get("usage"))
+        row.cost_usd = as_number(wire.get("costUsd"))
+        row.cost_basis = _basis(wire.get("costBasis"))
+        row.usage_approx = wire.get("usageApprox") is True
+        row.retry_count = as_int(wire.get("retryCount"))
+        row.host_rejected = wire.get("hostRejected") is True
+        budget = wire.get("toolBudget")
+        row.tool_budget = dict(budget) if isinstance(budget, Mapping) else None
+        self.total += row.cost_usd or 0.0
+        if row.label is None:
+            row.label = as_str(wire.get("label"))
+
+    def table(self) -> InvocationTable:
+        by_role = {
+            role: RoleBucket(usage=usage, cost_usd=cost[0], cost_basis=basis[0], phases=count[0])
+            for role, (usage, cost, basis, count) in self.buckets.items()
+        }
+        frozen = tuple(row.freeze() for row in self.agents.values())
+        return InvocationTable(
+            agents=frozen,
+            by_role=by_role,
+            total_cost_usd=self.total,
+            open_agents=sum(1 for row in frozen if row.open),
+            open_phases=sum(1 for row in frozen for p in row.phases if p.open),
+        )
+
+
+def _invocation_table() -> Generator[None, Mapping[str, Any] | None, InvocationTable]:
+    fold = _InvocationFold()
     while (wire := (yield)) is not None:
         kind = wire.get("type")
-        if kind not in ("agent:start", "agent:phase:start", "agent:phase:end", "agent:end"):
+        if kind not in _AGENT_EVENT_TYPES:
             continue
-        span_id = as_str(wire.get("spanId")) or ""
-        row = row_for(wire, span_id)
+        row = fold.row_for(wire, as_str(wire.get("spanId")) or "")
         if kind == "agent:start":
-            opened = lifecycle.start(wire)
-            if opened is None:
-                continue  # a re-emitted or legacy per-phase repeat of its opener changes nothing
-            # A row closed before its start was closed by an agent:end that paired with nothing.
-            row.open = True
-            row.status = None
-            row.ended_ms = None
-            row.role = opened.role
-            row.model = opened.model
-            row.started_ms = ts_ms(opened.ts)
-            if row.label is None:
-                row.label = opened.label
+            fold.agent_start(wire, row)
         elif kind == "agent:phase:start":
-            invocation = as_int(wire.get("invocation"))
-            phase = _Phase(
-                invocation, as_str(wire.get("role")), as_str(wire.get("model")), wire.get("replayed") is True
-            )
-            row.phases.append(phase)
-            open_phases[(span_id, invocation)] = phase
+            fold.phase_start(wire, row)
         elif kind == "agent:phase:end":
-            invocation = as_int(wire.get("invocation"))
-            found = open_phases.pop((span_id, invocation), None)
-            if found is None:
-                # An end without its start (attached mid-stream): keep its facts rather than drop them.
-                found = _Phase(
-                    invocation,
-                    as_str(wire.get("role")),
-                    as_str(wire.get("model")),
-                    wire.get("replayed") is True,
-                )
-                row.phases.append(found)
-            found.open = False
-            found.role = as_str(wire.get("role")) or found.role
-            found.model = as_str(wire.get("model")) or found.model
-            found.duration_ms = as_number(wire.get("durationMs"))
-            found.usage = _usage(wire.get("usage"))
-            found.cost_usd = as_number(wire.get("costUsd"))
-            found.cost_basis = _basis(wire.get("costBasis"))
-            found.outcome = as_str(wire.get("outcome"))
-            found.retries = as_int(wire.get("retries"))
-            role = found.role or "unknown"
-            usage_acc, cost_acc, basis_acc, count_acc = buckets.setdefault(
-                role, ({}, [0.0], ["per-call"], [0])
-            )
-            _add_usage(usage_acc, found.usage or {})
-            cost_acc[0] += found.cost_usd or 0.0
-            if found.cost_basis != "per-call" or found.cost_usd is None:
-                basis_acc[0] = "aggregate-estimate"
-            count_acc[0] += 1
-        else:  # agent:end
-            if lifecycle.end(wire) is None and lifecycle.closed(span_id):
-                continue  # a repeated closer: the span already has its end
-            row.open = False
-            row.status = as_str(wire.get("status"))
-            row.ended_ms = ts_ms(wire.get("ts"))
-            row.usage = _usage(wire.get("usage"))
-            row.cost_usd = as_number(wire.get("costUsd"))
-            row.cost_basis = _basis(wire.get("costBasis"))
-            row.usage_approx = wire.get("usageApprox") is True
-            row.retry_count = as_int(wire.get("retryCount"))
-            row.host_rejected = wire.get("hostRejected") is True
-            budget = wire.get("toolBudget")
-            row.tool_budget = dict(budget) if isinstance(budget, Mapping) else None
-            total += row.cost_usd or 0.0
-            if row.label is None:
-                row.label = as_str(wire.get("label"))
-
-    by_role = {
-        role: RoleBucket(usage=usage, cost_usd=cost[0], cost_basis=basis[0], phases=count[0])
-        for role, (usage, cost, basis, count) in buckets.items()
-    }
-    frozen = tuple(row.freeze() for row in agents.values())
-    return InvocationTable(
-        agents=frozen,
-        by_role=by_role,
-        total_cost_usd=total,
-        open_agents=sum(1 for row in frozen if row.open),
-        open_phases=sum(1 for row in frozen for p in row.phases if p.open),
-    )
+            fold.phase_end(wire, row)
+        else:
+            fold.agent_end(wire, row)
+    return fold.table()

@@ -33,9 +33,9 @@ the :class:`~rulvar_otel.errors.WorkflowError` family.
 """
 
 from rulvar_otel.engine._orchestrate import Limits, OrchestrateOptions, orchestrate, orchestration_workflow
-from rulvar_otel.engine.context import AgentOptions, Context
+from rulvar_otel.engine.context import Context
 from rulvar_otel.engine.cost import AgentRecord, CostReport, Slice, fold_cost_report
-from rulvar_otel.engine.engine import Engine, EngineRunHandle, RetryPolicy, create_engine
+from rulvar_otel.engine.engine import Engine, EngineConfig, EngineRunHandle, RetryPolicy, create_engine
 from rulvar_otel.engine.journal import (
     InMemoryJournalStore,
     JournalEntry,
@@ -52,9 +52,10 @@ from rulvar_otel.engine.limits import (
     TokenWindowQuota,
 )
 from rulvar_otel.engine.model import ModelAdapter, ModelRequest, ModelTurn, TokenCounter, ToolCallRequest
+from rulvar_otel.engine.options import AgentOptions
 from rulvar_otel.engine.pricing import Price, PricingTable
-from rulvar_otel.engine.run import RunStatus
 from rulvar_otel.engine.scripted import Fail, Hang, Reply, ScriptedAdapter, ScriptTurn, ToolCalls
+from rulvar_otel.engine.status import RunStatus
 from rulvar_otel.engine.suspension import ResolutionOutcome
 from rulvar_otel.engine.tools import Decision, Permissions, Rule, Tool, tool
 from rulvar_otel.engine.workflow import Workflow, workflow
@@ -85,6 +86,7 @@ __all__ = [
     "Decision",
     "DeterminismError",
     "Engine",
+    "EngineConfig",
     "EngineRunHandle",
     "ExposureDrainedError",
     "ExposureGate",

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import TypeAdapter
 
@@ -23,19 +22,20 @@ from rulvar_otel.core.events import (
     AgentQueued,
     AgentStart,
     ControlWire,
-    EventModel,
     ToolEnd,
     ToolStart,
     Usage,
 )
 from rulvar_otel.engine import determinism
-from rulvar_otel.engine.context import AgentOptions
+from rulvar_otel.engine.agent_state import AgentState, ModelRefs
 from rulvar_otel.engine.cost import UNJOURNALED_ORDER, AgentRecord, Slice
 from rulvar_otel.engine.journal import JournalEntry, JournalKind
 from rulvar_otel.engine.limits import ConcurrencyGate
 from rulvar_otel.engine.model import ModelRequest, TokenCounter, usage_dict, wire_error
-from rulvar_otel.engine.run import RunStatus
+from rulvar_otel.engine.options import AgentOptions
 from rulvar_otel.engine.scope import AgentAbortError, ReplayedCancellation, RunSuspended, Scope
+from rulvar_otel.engine.segment import SegmentState
+from rulvar_otel.engine.status import RunStatus, Site, status_for
 from rulvar_otel.engine.tool_calls import ToolCallHandler
 from rulvar_otel.engine.turns import Conversation
 from rulvar_otel.engine.values import describe_failure, jsonable
@@ -49,10 +49,7 @@ from rulvar_otel.errors import (
     WorkflowError,
 )
 
-if TYPE_CHECKING:
-    from rulvar_otel.engine.run import RunSegment
-
-__all__ = ["NO_ENTRY_REF", "AgentDispatch", "ModelRefs"]
+__all__ = ["NO_ENTRY_REF", "AgentDispatch", "ModelRefs", "dispatch_agent"]
 
 # agent:end's entryRef when the terminal could not be journaled (the journal refused the write).
 NO_ENTRY_REF = -1
@@ -64,61 +61,13 @@ _REPLAYED_ERRORS: dict[str, type[WorkflowError]] = {
 }
 
 
-@dataclass(frozen=True)
-class ModelRefs:
-    """The resolved ``adapter:model`` ref of each role an agent may run."""
-
-    loop: str
-    summarize: str
-    finalize: str
-    extract: str
-
-
-class AgentDispatch:
+class AgentDispatch(AgentState):
     """One ``ctx.agent`` call."""
 
-    def __init__(self, run: RunSegment, scope: Scope, prompt: str, options: AgentOptions) -> None:
-        engine = run.engine
-        loop_ref = engine.resolve_model(options.model)[0]
-        for name in (options.summarize_model, options.finalize_model, options.extract_model):
-            if name is not None:
-                engine.resolve_model(name)
-        self.models = ModelRefs(
-            loop=loop_ref,
-            summarize=engine.resolve_model(options.summarize_model or loop_ref)[0],
-            finalize=engine.resolve_model(options.finalize_model or loop_ref)[0],
-            extract=engine.resolve_model(options.extract_model or loop_ref)[0],
-        )
-        self.run = run
-        self.scope = scope
-        self.prompt = prompt
-        self.options = options
-        self.permissions = engine.permissions.merged(options.permissions)
-        self.approval_timeout_s = (
-            engine.approval_timeout_s if options.approval_timeout_s is None else options.approval_timeout_s
-        )
-        self.reserve_usd = engine.default_reserve_usd if options.reserve_usd is None else options.reserve_usd
-        self.key, _ = scope.next_key("agent")
-        self.span = ""
-        self.conversation = Conversation(self)
+    def __init__(self, run: SegmentState, scope: Scope, prompt: str, options: AgentOptions) -> None:
+        super().__init__(run, scope, prompt, options)
         self.tool_calls = ToolCallHandler(self)
-
-    # --- events --------------------------------------------------------------------------------
-
-    def emit(self, cls: type[EventModel], *, replayed: bool = False, **body: Any) -> None:
-        """An agent-level event: on the agent's span, with its type and label."""
-        self.run.emit(
-            cls,
-            self.span,
-            self.scope.span_id,
-            replayed=replayed,
-            agent_type=self.options.agent_type,
-            label=self.options.label,
-            **body,
-        )
-
-    def emit_tool(self, cls: type[EventModel], *, replayed: bool = False, **body: Any) -> None:
-        self.run.emit(cls, self.span, self.scope.span_id, replayed=replayed, **body)
+        self.conversation = Conversation(self, self.tool_calls)
 
     # --- dispatch ------------------------------------------------------------------------------
 
@@ -185,15 +134,10 @@ class AgentDispatch:
                 raise cut_in_queue
             return RunStatus.OK, await self.conversation.run_to_answer(self.prompt), None, None
         except (asyncio.CancelledError, RunSuspended) as exc:
-            return RunStatus.CANCELLED, None, None, exc
-        except AgentAbortError as exc:
-            return RunStatus.ERROR, None, exc.cause.to_wire(), exc.cause
-        except WorkflowError as exc:
-            return RunStatus.ERROR, None, exc.to_wire(), exc
-        except ConfigError as exc:
-            return RunStatus.ERROR, None, wire_error("config", str(exc)), exc
+            return status_for(exc, Site.AGENT), None, None, exc
         except Exception as exc:  # noqa: BLE001 - an unexpected failure still settles the agent
-            return RunStatus.ERROR, None, wire_error("error", describe_failure(exc)), exc
+            failure = exc.cause if isinstance(exc, AgentAbortError) else exc
+            return status_for(failure, Site.AGENT), None, _agent_error(failure), failure
 
     def _end(self, status: RunStatus, value: Any, error: dict[str, Any] | None, approx: bool) -> None:
         """Journal the terminal, book the cost record, emit ``agent:end``."""
@@ -366,3 +310,17 @@ class AgentDispatch:
             raise ReplayedCancellation
         wire = data.get("error") or wire_error("agent", "the journaled agent failed")
         raise _REPLAYED_ERRORS.get(str(wire.get("code")), AgentFailedError).from_wire(wire)
+
+
+def _agent_error(failure: Exception) -> dict[str, Any]:
+    """The wire error of an agent that ``failure`` ended."""
+    if isinstance(failure, WorkflowError):
+        return failure.to_wire()
+    if isinstance(failure, ConfigError):
+        return wire_error("config", str(failure))
+    return wire_error("error", describe_failure(failure))
+
+
+async def dispatch_agent(run: SegmentState, scope: Scope, prompt: str, options: AgentOptions) -> Any:
+    """One ``ctx.agent`` call: the dispatcher a run hands its ``ctx``."""
+    return await AgentDispatch(run, scope, prompt, options).dispatch()

@@ -1,101 +1,53 @@
-"""What a workflow body receives: ``ctx``, the journaled primitives of its run, and ``AgentOptions``.
+"""What a workflow body receives: ``ctx`` (the journaled primitives of its run), and workflows.
 
-Every primitive takes the next positional key of its kind in the current scope; on a re-executed
-body a key the journal already holds is replayed from the journal instead of running again.
+``ctx.agent`` goes through the dispatcher the run hands its ``ctx``, so this module does not know
+the agent machinery. Every primitive takes the next positional key of its kind in the current
+scope; on a re-executed body a key the journal already holds is replayed from the journal instead of
+running again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import inspect
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from rulvar_otel.core.events import ChildEnd, ChildStart, ExternalWaiting, Log, PhaseStart, SpawnAdmitted
 from rulvar_otel.engine import determinism
 from rulvar_otel.engine.journal import JournalKind
-from rulvar_otel.engine.run import RunStatus
-from rulvar_otel.engine.scope import CURRENT_SCOPE, ReplayedCancellation, RunSuspended, Scope
+from rulvar_otel.engine.options import AgentOptions
+from rulvar_otel.engine.scope import CURRENT_SCOPE, RunSuspended, Scope
+from rulvar_otel.engine.segment import SegmentState
+from rulvar_otel.engine.status import RunStatus, Site, status_for
 from rulvar_otel.engine.suspension import SuspensionKind, deadline_error, deadline_from
-from rulvar_otel.engine.tools import Permissions, Tool
 from rulvar_otel.engine.values import jsonable
-from rulvar_otel.engine.workflow import Workflow, check_workflow
-from rulvar_otel.errors import BudgetExhaustedError, ConfigError, JournalError, ReplayMissError
+from rulvar_otel.errors import ConfigError, JournalError, ReplayMissError
 
-if TYPE_CHECKING:
-    from rulvar_otel.engine.run import RunSegment
-
-__all__ = ["AgentOptions", "Context"]
+__all__ = ["AgentDispatcher", "Context", "Workflow", "WorkflowFn", "check_workflow", "workflow"]
 
 T = TypeVar("T")
 
 _LOG_LEVELS = ("debug", "info", "warn", "error")
 
 
-@dataclass(frozen=True, kw_only=True)
-class AgentOptions:
-    """How one agent is dispatched. Build it once and share it, or pass its fields to ``ctx.agent``.
+# How a run dispatches ``ctx.agent``: (segment, calling scope, prompt, options) -> the agent's value.
+AgentDispatcher = Callable[[SegmentState, Scope, str, AgentOptions], Awaitable[Any]]
 
-    ``model`` (and the per-role ``*_model``) are ``adapter:model`` refs, default the engine's first
-    adapter's model; ``reserve_usd`` defaults to the engine's ``default_reserve_usd`` (or a
-    countTokens-priced reserve); ``approval_timeout_s`` defaults to the engine's.
-    """
-
-    agent_type: str = ""
-    label: str | None = None
-    tools: Sequence[Tool] = ()
-    schema: Any = None
-    model: str | None = None
-    role: str = "loop"
-    max_turns: int = 16
-    compact_at_tokens: int | None = None
-    summarize_model: str | None = None
-    finalize: bool = False
-    finalize_model: str | None = None
-    extract_model: str | None = None
-    schema_attempts: int = 2
-    reserve_usd: float | None = None
-    permissions: Permissions | None = None
-    deny_repeated_calls: bool = False
-    tool_caps: Mapping[str, int] = field(default_factory=dict[str, int])
-    system: str | None = None
-    stream: bool = False
-    approval_timeout_s: float | None = None
-
-    def __post_init__(self) -> None:
-        # Frozen copies, so one options object can be shared by many dispatches.
-        object.__setattr__(self, "tools", tuple(self.tools))
-        object.__setattr__(self, "tool_caps", MappingProxyType(dict(self.tool_caps or {})))
-        names = [t.name for t in self.tools]
-        if len(set(names)) != len(names):
-            raise ConfigError(f"agent {self.label or self.agent_type!r}: two tools share a name")
-        if self.max_turns < 1 or self.schema_attempts < 1:
-            raise ConfigError("max_turns and schema_attempts must be >= 1")
-        if self.approval_timeout_s is not None and not self.approval_timeout_s > 0:
-            raise ConfigError("approval_timeout_s must be > 0")
-
-    def with_overrides(self, overrides: Mapping[str, Any]) -> AgentOptions:
-        """A copy with ``overrides`` applied; an unknown name is a ConfigError naming it."""
-        if not overrides:
-            return self
-        unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(self)})
-        if unknown:
-            raise ConfigError(f"unknown agent option(s): {', '.join(unknown)}")
-        return replace(self, **overrides)
+WorkflowFn = Callable[["Context", Any], Awaitable[Any]]
 
 
 class Context:
     """What a workflow body receives: the journaled primitives of the run."""
 
-    def __init__(self, run: RunSegment) -> None:
+    def __init__(self, run: SegmentState, dispatch_agent: AgentDispatcher) -> None:
         self._run = run
+        self._dispatch_agent = dispatch_agent
 
     def _scope(self) -> Scope:
         scope = CURRENT_SCOPE.get()
@@ -215,14 +167,8 @@ class Context:
             value = await child.fn(self, args)
             status = RunStatus.OK
             return value
-        except (asyncio.CancelledError, ReplayedCancellation):
-            status = RunStatus.CANCELLED
-            raise
-        except RunSuspended:
-            status = RunStatus.SUSPENDED
-            raise
-        except BudgetExhaustedError:
-            status = RunStatus.EXHAUSTED
+        except BaseException as exc:
+            status = status_for(exc, Site.CHILD)
             raise
         finally:
             CURRENT_SCOPE.reset(token)
@@ -297,10 +243,8 @@ class Context:
         the validated ``schema`` value. Raises AgentFailedError (or the budget/quota error that
         ended it) when the agent settles ``error``.
         """
-        from rulvar_otel.engine.agent import AgentDispatch
-
         chosen = (options or AgentOptions()).with_overrides(overrides)
-        return await AgentDispatch(self._run, self._scope(), prompt, chosen).dispatch()
+        return await self._dispatch_agent(self._run, self._scope(), prompt, chosen)
 
     async def orchestrate(self, goal: str, options: Any = None) -> dict[str, Any]:
         """Orchestrate ``goal`` dynamically: the engine owns the plan, the orchestrator proposes.
@@ -318,3 +262,36 @@ async def _run_branch(scope: Scope, awaitable: Awaitable[T], detect: bool) -> T:
     if inspect.iscoroutine(awaitable):
         return await determinism.drive(cast(Coroutine[Any, Any, T], awaitable), detect)
     return await awaitable
+
+
+class Workflow:
+    """A named workflow: an ``async def body(ctx, args)``."""
+
+    def __init__(self, name: str, fn: WorkflowFn) -> None:
+        if not name:
+            raise ConfigError("a workflow needs a non-empty name")
+        if not inspect.iscoroutinefunction(fn):
+            raise ConfigError(f"workflow {name!r} must be an 'async def' function")
+        self.name = name
+        self.fn = fn
+
+    def __repr__(self) -> str:
+        return f"Workflow({self.name!r})"
+
+
+def workflow(name: str) -> Callable[[WorkflowFn], Workflow]:
+    """Register an ``async def body(ctx, args)`` as a workflow named ``name``."""
+
+    def wrap(fn: WorkflowFn) -> Workflow:
+        return Workflow(name, fn)
+
+    return wrap
+
+
+def check_workflow(wf: object) -> Workflow:
+    """``wf`` itself when it is a :class:`Workflow`, else a ConfigError saying how to make one."""
+    if not isinstance(wf, Workflow):
+        raise ConfigError(
+            f"expected a Workflow (decorate the body with @workflow(name)), got {type(wf).__name__}"
+        )
+    return wf

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from rulvar_otel.core.events import Usage
 from rulvar_otel.engine._orchestrate import OrchestrateOptions
-from rulvar_otel.engine.context import AgentOptions, Context
+from rulvar_otel.engine.options import AgentOptions, Context
 from rulvar_otel.engine.engine import Engine, create_engine
 from rulvar_otel.engine.journal import JournalStore
 from rulvar_otel.engine.limits import ScriptedQuota

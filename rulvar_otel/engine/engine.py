@@ -13,49 +13,40 @@ import asyncio
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from rulvar_otel.core.handle import RunOutcome
-from rulvar_otel.core.masking import compile_secret_masker
+from rulvar_otel.core.masking import SecretMasker
 from rulvar_otel.engine.bus import EventStream
-from rulvar_otel.engine.journal import InMemoryJournalStore, JournalKind, JournalStore
-from rulvar_otel.engine.limits import ConcurrencyGate, QuotaLimiter
+from rulvar_otel.engine.config import EngineConfig, RetryPolicy
+from rulvar_otel.engine.context import Workflow, check_workflow
+from rulvar_otel.engine.journal import JournalKind, JournalStore
+from rulvar_otel.engine.limits import ConcurrencyGate
 from rulvar_otel.engine.model import ModelAdapter
 from rulvar_otel.engine.pricing import PricingTable
 from rulvar_otel.engine.run import RunSegment
 from rulvar_otel.engine.suspension import ResolutionOutcome
-from rulvar_otel.engine.tools import Permissions
-from rulvar_otel.engine.workflow import Workflow, check_workflow
 from rulvar_otel.errors import ConfigError, SourceError
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
-    from opentelemetry.metrics import Meter
 
     from rulvar_otel.engine.provider_metrics import ProviderCallMetrics
 
-__all__ = ["Engine", "EngineRunHandle", "RetryPolicy", "create_engine"]
+__all__ = ["Engine", "EngineConfig", "EngineRunHandle", "RetryPolicy", "create_engine"]
 
-_DETERMINISM_MODES = ("warn", "error", "off")
-_TOKEN_COUNTING = ("off", "on")
-_REDACTION_OPTIONS = {"mask_events", "maskEvents", "patterns"}
 # Runs whose caller's trace context the engine remembers for their resumes (oldest forgotten first).
 _TRACE_CONTEXTS_KEPT: Final = 1024
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Transport retries of a retryable wire error (``agent:error`` with ``willRetry``)."""
-
-    max_retries: int = 2
-    backoff_ms: float = 0.0
-
-
 class Engine:
-    """Runs workflows live, journals them, resumes and dry-run replays them."""
+    """Runs workflows live, journals them, resumes and dry-run replays them.
+
+    Its options are checked once into a frozen :class:`EngineConfig` (``engine.config``), which every
+    run of the engine shares.
+    """
 
     def __init__(
         self,
@@ -66,90 +57,48 @@ class Engine:
         redaction: Mapping[str, Any] | None = None,
         clock: Callable[[], datetime] | None = None,
         id_factory: Callable[[], str] | None = None,
-        default_reserve_usd: float = 0.5,
-        max_in_flight_exposure_usd: float | None = None,
-        quota: QuotaLimiter | None = None,
-        max_denials: int = 8,
-        permissions: Permissions | None = None,
-        retry: RetryPolicy | None = None,
-        determinism_mode: str = "warn",
-        determinism_allow: Sequence[str] = (),
-        sleep: Callable[[float], Awaitable[None]] | None = None,
-        max_spawn_units: int = 500,
-        max_concurrency: int | None = None,
-        count_tokens: str | Callable[[str], bool] = "off",
-        probe_output_tokens: int = 1024,
-        approval_timeout_s: float | None = None,
-        meter: Meter | None = None,
+        **options: Any,
     ) -> None:
-        if not adapters:
-            raise ConfigError("create_engine needs at least one model adapter")
-        self.adapters: dict[str, ModelAdapter] = {}
-        for adapter in adapters:
-            if adapter.adapter_id in self.adapters:
-                raise ConfigError(f"two adapters share the id {adapter.adapter_id!r}")
-            self.adapters[adapter.adapter_id] = adapter
-        self.default_model = f"{adapters[0].adapter_id}:{adapters[0].default_model}"
-        self.journal: JournalStore = journal if journal is not None else InMemoryJournalStore()
-        self.pricing = pricing if isinstance(pricing, PricingTable) else PricingTable(pricing)
-        redaction = dict(redaction or {})
-        unknown = set(redaction) - _REDACTION_OPTIONS
-        if unknown:
-            raise ConfigError(f"unknown redaction option(s): {', '.join(sorted(unknown))}")
-        mask = redaction.get("mask_events", redaction.get("maskEvents", True))
-        if not isinstance(mask, bool):
-            raise ConfigError("redaction option 'mask_events' must be a boolean")
-        self.masker = compile_secret_masker(redaction.get("patterns")) if mask else None
-        self.clock: Callable[[], datetime] = clock or (lambda: datetime.now(UTC))
-        self.id_factory: Callable[[], str] = id_factory or mint_run_id
+        self.config = EngineConfig.build(
+            adapters=adapters,
+            journal=journal,
+            pricing=pricing,
+            redaction=redaction,
+            clock=clock,
+            id_factory=id_factory or mint_run_id,
+            **options,
+        )
         # run id -> the trace context its first segment was started in: a resume joins that trace.
         self._trace_contexts: dict[str, Context] = {}  # only runs started inside a valid span
-        if default_reserve_usd < 0:
-            raise ConfigError("default_reserve_usd must be >= 0")
-        self.default_reserve_usd = default_reserve_usd
-        self.max_in_flight_exposure_usd = max_in_flight_exposure_usd
-        if max_in_flight_exposure_usd is not None and max_in_flight_exposure_usd <= 0:
-            raise ConfigError("max_in_flight_exposure_usd must be > 0")
-        self.quota = quota
-        if max_denials < 0:
-            raise ConfigError("max_denials must be >= 0")
-        self.max_denials = max_denials
-        self.permissions = permissions or Permissions()
-        self.retry = retry or RetryPolicy()
-        if determinism_mode not in _DETERMINISM_MODES:
-            raise ConfigError("determinism_mode must be 'warn', 'error' or 'off'")
-        self.determinism_mode = determinism_mode
-        self.determinism_allow = tuple(determinism_allow)
-        self.sleep: Callable[[float], Awaitable[None]] = sleep or asyncio.sleep
-        self.max_spawn_units = max_spawn_units
-        if not callable(count_tokens) and count_tokens not in _TOKEN_COUNTING:
-            raise ConfigError("count_tokens must be 'off', 'on' or a callable(model_ref) -> bool")
-        self.count_tokens = count_tokens
-        if probe_output_tokens < 0:
-            raise ConfigError("probe_output_tokens must be >= 0")
-        self.probe_output_tokens = probe_output_tokens
-        if approval_timeout_s is not None and not approval_timeout_s > 0:
-            raise ConfigError("approval_timeout_s must be > 0")
-        self.approval_timeout_s = approval_timeout_s
-        # One gate for the engine: every run it executes shares the same live-dispatch slots.
-        self.concurrency = ConcurrencyGate(max_concurrency) if max_concurrency is not None else None
-        self.provider_metrics: ProviderCallMetrics | None = None
-        if meter is not None:
-            from rulvar_otel.engine.provider_metrics import ProviderCallMetrics
 
-            # Metric attributes are exported strings: masked even when the event stream is not.
-            self.provider_metrics = ProviderCallMetrics(meter, self.masker or compile_secret_masker(None))
+    # The settings hosts and tests read most, straight from the configuration.
+    @property
+    def adapters(self) -> Mapping[str, ModelAdapter]:
+        return self.config.adapters
+
+    @property
+    def journal(self) -> JournalStore:
+        return self.config.journal
+
+    @property
+    def pricing(self) -> PricingTable:
+        return self.config.pricing
+
+    @property
+    def masker(self) -> SecretMasker | None:
+        return self.config.masker
+
+    @property
+    def concurrency(self) -> ConcurrencyGate | None:
+        return self.config.concurrency
+
+    @property
+    def provider_metrics(self) -> ProviderCallMetrics | None:
+        return self.config.provider_metrics
 
     def resolve_model(self, model: str | None) -> tuple[str, ModelAdapter, str]:
         """``(adapter:model ref, adapter, model name)`` for a ref, a bare model name or None (default)."""
-        ref = model or self.default_model
-        adapter_id, sep, name = ref.partition(":")
-        if not sep:
-            adapter_id, name = next(iter(self.adapters)), ref
-        adapter = self.adapters.get(adapter_id)
-        if adapter is None:
-            raise ConfigError(f"model {ref!r} names no configured adapter (have: {', '.join(self.adapters)})")
-        return f"{adapter_id}:{name}", adapter, name
+        return self.config.resolve_model(model)
 
     def run(
         self,
@@ -161,11 +110,12 @@ class Engine:
     ) -> EngineRunHandle:
         """Start ``wf`` now; returns its handle at once (needs a running event loop)."""
         check_workflow(wf)
-        run_id = run_id or self.id_factory()
+        run_id = run_id or self.config.id_factory()
         if self.journal.exists(run_id):
             raise ConfigError(f"run {run_id!r} already has a journal; use engine.resume")
-        segment = RunSegment(self, wf, args, run_id, [], segment=0, dry_run=False, budget_usd=budget_usd)
-        return self._with_trace_context(segment.start(), first=True)
+        run = RunSegment(self.config, wf, args, run_id, [], segment=0, dry_run=False, budget_usd=budget_usd)
+        run.start()
+        return self._with_trace_context(EngineRunHandle(run), first=True)
 
     def resume(
         self,
@@ -199,9 +149,10 @@ class Engine:
         markers = (int(e.data.get("segment", 0)) for e in entries if e.kind == JournalKind.SEGMENT)
         segment = 1 + max(markers, default=0)
         run = RunSegment(
-            self, wf, args, run_id, entries, segment=segment, dry_run=dry_run, budget_usd=budget_usd
+            self.config, wf, args, run_id, entries, segment=segment, dry_run=dry_run, budget_usd=budget_usd
         )
-        return self._with_trace_context(run.start(), first=False)
+        run.start()
+        return self._with_trace_context(EngineRunHandle(run), first=False)
 
     def _with_trace_context(self, handle: EngineRunHandle, *, first: bool) -> EngineRunHandle:
         """Capture the caller's OpenTelemetry context on the handle (``to_otel`` parents by it).

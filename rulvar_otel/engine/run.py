@@ -10,16 +10,15 @@ or rejects with a typed error.
 from __future__ import annotations
 
 import asyncio
-from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from rulvar_otel.core.events import BudgetUpdate, DeterminismWarning, EventModel, Log, RunEnd, RunStart
+from rulvar_otel.core.events import DeterminismWarning, Log, RunEnd, RunStart
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.engine import determinism
-from rulvar_otel.engine.budget import BudgetAccount
-from rulvar_otel.engine.bus import EventBus
+from rulvar_otel.engine.agent import dispatch_agent
+from rulvar_otel.engine.config import EngineConfig
+from rulvar_otel.engine.context import Context, Workflow
 from rulvar_otel.engine.cost import (
-    AgentRecord,
     CostReport,
     OrchestrationFacts,
     build_envelope,
@@ -27,35 +26,15 @@ from rulvar_otel.engine.cost import (
     total_usage,
 )
 from rulvar_otel.engine.journal import JournalEntry, JournalKind
-from rulvar_otel.engine.journal_view import JournalView
-from rulvar_otel.engine.limits import ExposureGate
 from rulvar_otel.engine.model import usage_dict, wire_error
 from rulvar_otel.engine.scope import CURRENT_SCOPE, ReplayedCancellation, RunSuspended, Scope
-from rulvar_otel.engine.suspension import ResolutionOutcome, Suspensions
+from rulvar_otel.engine.segment import SegmentState
+from rulvar_otel.engine.status import RunStatus, Site, status_for
+from rulvar_otel.engine.suspension import ResolutionOutcome
 from rulvar_otel.engine.values import COMPLETION_LISTS, completion_facts, describe_failure, jsonable
-from rulvar_otel.engine.workflow import Workflow
-from rulvar_otel.errors import (
-    BudgetExhaustedError,
-    ConfigError,
-    JournalError,
-    RunRejectedError,
-    WorkflowError,
-)
-
-if TYPE_CHECKING:
-    from rulvar_otel.engine.engine import Engine, EngineRunHandle
+from rulvar_otel.errors import JournalError, RunRejectedError, WorkflowError
 
 __all__ = ["RunSegment", "RunStatus"]
-
-
-class RunStatus(StrEnum):
-    """How a segment settled (``run:end`` ``status``)."""
-
-    OK = "ok"
-    ERROR = "error"
-    CANCELLED = "cancelled"
-    SUSPENDED = "suspended"
-    EXHAUSTED = "exhausted"
 
 
 # Statuses whose outcome carries the workflow's value.
@@ -71,12 +50,12 @@ _COMPLETION_EVENT_FIELDS = {
 }
 
 
-class RunSegment:
-    """One call of ``engine.run`` or ``engine.resume``: its journal view, bus, budget and settlement."""
+class RunSegment(SegmentState):
+    """One call of ``engine.run`` or ``engine.resume``: its workflow, main loop and settlement."""
 
     def __init__(
         self,
-        engine: Engine,
+        engine: EngineConfig,
         wf: Workflow,
         args: Any,
         run_id: str,
@@ -86,55 +65,23 @@ class RunSegment:
         dry_run: bool,
         budget_usd: float | None,
     ) -> None:
-        if budget_usd is not None and (budget_usd < 0 or budget_usd != budget_usd):
-            raise ConfigError("budget_usd must be a number >= 0")
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            raise ConfigError(
-                "engine.run and engine.resume need a running event loop (call them from async code)"
-            ) from None
-        self.engine = engine
+        super().__init__(engine, run_id, entries, segment=segment, dry_run=dry_run, budget_usd=budget_usd)
         self.wf = wf
         self.args = args
-        self.run_id = run_id
-        self.segment = segment
-        self.journal = JournalView(engine.journal, run_id, entries, clock=engine.clock, read_only=dry_run)
-        base = segment << 32
-        self._next_span = base
-        self.root_span = self.mint_span()
-        self.bus = EventBus(
-            run_id, base=base, masker=engine.masker, clock=engine.clock, root_span=self.root_span
-        )
-        self.budget = BudgetAccount(budget_usd, self.report_budget)
-        self.records: list[AgentRecord] = []
-        self.agents_spawned = 0
         # Set by the first ctx.orchestrate of the run: what its orchestrations add to the cost fold.
         self.orchestration: OrchestrationFacts | None = None
-        self.suspensions = Suspensions(self)
-        cap = engine.max_in_flight_exposure_usd
-        self.exposure = ExposureGate(cap) if cap else None
-        self.cancel_reason: str | None = None
         self._started = False
         self.task: asyncio.Task[None] | None = None
-        self.result: asyncio.Future[RunOutcome] = loop.create_future()
         self.detector = determinism.DeterminismDetector(
             self._determinism_warning,
             allow=engine.determinism_allow,
             reject=engine.determinism_mode == "error",
         )
 
-    @property
-    def dry_run(self) -> bool:
-        return self.journal.read_only
-
-    def start(self) -> EngineRunHandle:
-        from rulvar_otel.engine.engine import EngineRunHandle
-
-        handle = EngineRunHandle(self)
+    def start(self) -> None:
+        """Start the main loop on the running event loop."""
         self.task = asyncio.get_running_loop().create_task(self._main(), name=f"rulvar-run-{self.run_id}")
         self.task.add_done_callback(self._task_done)
-        return handle
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         if self.result.done():
@@ -145,25 +92,6 @@ class RunSegment:
         self.suspensions.cancel_waiters()
         self.result.set_exception(
             RunRejectedError(f"the run task ended without settling: {exc!r}", name="EngineError")
-        )
-
-    def mint_span(self) -> str:
-        span = f"s{self._next_span}"
-        self._next_span += 1
-        return span
-
-    def emit(self, cls: type[EventModel], span_id: str, parent: str | None = None, **body: Any) -> EventModel:
-        with determinism.suppressed():
-            return self.bus.emit(cls, span_id, parent, **body)
-
-    def report_budget(self) -> None:
-        budget = self.budget
-        self.emit(
-            BudgetUpdate,
-            self.root_span,
-            spent_usd=budget.spent_usd,
-            remaining_usd=budget.remaining_usd,
-            committed_reserve_usd=max(0.0, budget.committed_usd),
         )
 
     def _determinism_warning(
@@ -216,10 +144,8 @@ class RunSegment:
         return None
 
     async def _main(self) -> None:
-        from rulvar_otel.engine.context import Context
-
         self._started = True
-        ctx = Context(self)
+        ctx = Context(self, dispatch_agent)
         CURRENT_SCOPE.set(Scope(self, "", self.root_span, None, None, self.wf.name))
         opened = True
         warning: str | None = None
@@ -242,24 +168,11 @@ class RunSegment:
                 with self.detector.active():
                     value = await determinism.drive(self.wf.fn(ctx, self.args), detect)
                 facts = completion_facts(value)
-        except asyncio.CancelledError:
-            if self.task is not None:
+        except (asyncio.CancelledError, ReplayedCancellation, RunSuspended, Exception) as exc:  # noqa: BLE001 - any failure settles the run
+            if isinstance(exc, asyncio.CancelledError) and self.task is not None:
                 self.task.uncancel()
-            status = RunStatus.CANCELLED
-            error = wire_error("cancelled", self.cancel_reason or "the run was cancelled")
-        except ReplayedCancellation:
-            status = RunStatus.CANCELLED
-            error = wire_error("cancelled", "the replayed segment was cancelled")
-        except RunSuspended:
-            status = RunStatus.SUSPENDED
-        except BudgetExhaustedError as exc:
-            status, error, facts = RunStatus.EXHAUSTED, exc.to_wire(), completion_facts(exc.data)
-        except WorkflowError as exc:
-            status, error, facts = RunStatus.ERROR, exc.to_wire(), completion_facts(exc.data)
-        except Exception as exc:  # noqa: BLE001 - any workflow failure settles the run as error
-            code = getattr(exc, "code", None)
-            code = code if isinstance(code, str) and code else "error"
-            status, error = RunStatus.ERROR, wire_error(code, describe_failure(exc))
+            status = status_for(exc, Site.RUN)
+            error, facts = self._failure(exc)
         violation = self.detector.violation
         if violation is not None and status != RunStatus.CANCELLED:
             # Rejected even when the workflow caught the error: its result rests on a bare call.
@@ -270,6 +183,20 @@ class RunSegment:
             status, value, facts = RunStatus.ERROR, None, {}
             error = wire_error(JournalError.code, f"the journal refused a write: {failure}")
         self._settle(status, value, error, facts)
+
+    def _failure(self, exc: BaseException) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """The wire error and completion facts of a body that ``exc`` ended."""
+        if isinstance(exc, asyncio.CancelledError):
+            return wire_error("cancelled", self.cancel_reason or "the run was cancelled"), {}
+        if isinstance(exc, ReplayedCancellation):
+            return wire_error("cancelled", "the replayed segment was cancelled"), {}
+        if isinstance(exc, RunSuspended):
+            return None, {}
+        if isinstance(exc, WorkflowError):
+            return exc.to_wire(), completion_facts(exc.data)
+        code = getattr(exc, "code", None)
+        code = code if isinstance(code, str) and code else "error"
+        return wire_error(code, describe_failure(exc)), {}
 
     def _settle(
         self, status: RunStatus, value: Any, error: dict[str, Any] | None, facts: dict[str, Any]

@@ -9,12 +9,8 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from rulvar_otel.errors import WorkflowError
-
-if TYPE_CHECKING:
-    from rulvar_otel.engine.run import RunSegment
 
 __all__ = [
     "CURRENT_SCOPE",
@@ -29,7 +25,8 @@ __all__ = [
 class Scope:
     """One level of workflow code: the root body, a parallel branch, a child workflow, a phase."""
 
-    run: RunSegment
+    # The segment this code runs in, compared by identity only (so ``ctx`` refuses a foreign run).
+    run: object
     path: str
     span_id: str
     parent_span_id: str | None

@@ -13,23 +13,27 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from rulvar_otel.core.events import ResolutionApplied, ResolutionSuperseded
+from rulvar_otel.core.events import EventModel, ResolutionApplied, ResolutionSuperseded
 from rulvar_otel.engine.bus import format_ts
 from rulvar_otel.engine.journal import JournalEntry, JournalKind
 from rulvar_otel.engine.values import jsonable
 from rulvar_otel.errors import ConfigError, DeadlineExceededError, ReplayMissError
 
 if TYPE_CHECKING:
-    from rulvar_otel.engine.run import RunSegment
+    from rulvar_otel.core.handle import RunOutcome
+    from rulvar_otel.engine.bus import EventBus
+    from rulvar_otel.engine.config import EngineConfig
+    from rulvar_otel.engine.journal_view import JournalView
 
 __all__ = [
     "Answer",
     "ResolutionOutcome",
     "Suspension",
+    "SuspensionHost",
     "SuspensionKind",
     "Suspensions",
     "deadline_error",
@@ -107,10 +111,32 @@ def deadline_error(key: str, deadline: Any) -> DeadlineExceededError:
     )
 
 
+class SuspensionHost(Protocol):
+    """What the suspensions read of their segment (the segment's state satisfies it)."""
+
+    @property
+    def engine(self) -> EngineConfig: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def root_span(self) -> str: ...
+    @property
+    def journal(self) -> JournalView: ...
+    @property
+    def bus(self) -> EventBus: ...
+    @property
+    def result(self) -> asyncio.Future[RunOutcome]: ...
+    @property
+    def dry_run(self) -> bool: ...
+    def emit(
+        self, cls: type[EventModel], span_id: str, parent: str | None = None, **body: Any
+    ) -> EventModel: ...
+
+
 class Suspensions:
     """The run's suspensions: opening, timing out, live waiting and resolution."""
 
-    def __init__(self, run: RunSegment) -> None:
+    def __init__(self, run: SuspensionHost) -> None:
         self._run = run
         self.live: dict[int, Suspension] = {}
         # The external waits this segment parked on, reported in the outcome's ``pending``.

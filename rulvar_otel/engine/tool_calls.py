@@ -25,7 +25,7 @@ from rulvar_otel.engine.values import jsonable
 from rulvar_otel.errors import DeadlineExceededError
 
 if TYPE_CHECKING:
-    from rulvar_otel.engine.agent import AgentDispatch
+    from rulvar_otel.engine.agent_state import AgentState
 
 __all__ = ["ExplorationCounters", "ToolCallHandler"]
 
@@ -47,7 +47,7 @@ def _signature(call: ToolCallRequest) -> str:
 class ToolCallHandler:
     """Runs (or replays) the tool calls of one agent and keeps their log and guard counters."""
 
-    def __init__(self, agent: AgentDispatch) -> None:
+    def __init__(self, agent: AgentState) -> None:
         self.agent = agent
         self.run = agent.run
         self.options = agent.options

@@ -42,7 +42,8 @@ from rulvar_otel.errors import (
 )
 
 if TYPE_CHECKING:
-    from rulvar_otel.engine.agent import AgentDispatch
+    from rulvar_otel.engine.agent_state import AgentState
+    from rulvar_otel.engine.tool_calls import ToolCallHandler
 
 __all__ = ["Conversation", "Invocation", "QuotaDenials"]
 
@@ -89,8 +90,9 @@ class QuotaDenials:
 class Conversation:
     """The messages, invocations, usage and cost of one live agent."""
 
-    def __init__(self, agent: AgentDispatch) -> None:
+    def __init__(self, agent: AgentState, tool_calls: ToolCallHandler) -> None:
         self.agent = agent
+        self.tool_calls = tool_calls
         self.run = agent.run
         self.options = agent.options
         self.messages: list[dict[str, Any]] = []
@@ -159,7 +161,7 @@ class Conversation:
                 break
             self.messages.append(_assistant_with_tool_calls(turn))
             for call in turn.tool_calls:
-                content = await self.agent.tool_calls.handle(call)
+                content = await self.tool_calls.handle(call)
                 self.messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
             if options.compact_at_tokens is not None and turn.usage.input_tokens >= options.compact_at_tokens:
                 await self._summarize()

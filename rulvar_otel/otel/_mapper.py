@@ -1,11 +1,10 @@
 """The span state machine: the one place that knows which spans are open.
 
-:class:`SpanMapper` consumes wire-form events one at a time (``feed``) and is finished once with
-the run's outcome (``finish``). It implements the contract in ``docs/otel-mapping.md``; the
-attribute values come from the pure generators in ``_attributes``; span records live in
-``_span_state``, host and scope lookups in ``_scopes``, inferred ends in ``_end_inference``.
-Nothing a strange event carries may raise out of ``feed``: a failure on one event is counted and
-the stream goes on.
+:class:`SpanMapper` consumes wire-form events one at a time (``feed``) and is finished once with the
+run's outcome (``finish``). It implements the contract in ``docs/otel-mapping.md``; the attribute
+values come from the pure generators in ``_attributes``; span records live in ``_span_state``, host
+and scope lookups in ``_scopes``, inferred ends in ``_end_inference``. Nothing a strange event
+carries may raise out of ``feed``: a failure on one event is counted and the stream goes on.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from rulvar_otel import __version__
+from rulvar_otel._version import __version__
 
 # Attribute (and metric) names are declared ``NAME: Final = "..."``; every other constant here (a
 # value, a version, a table) carries an explicit type, ``Final[...]``, so tools that list the

@@ -8,7 +8,7 @@ from types import MappingProxyType
 from typing import Any
 
 from rulvar_otel.engine._orchestrate.admission import Limits
-from rulvar_otel.engine.context import AgentOptions
+from rulvar_otel.engine.options import AgentOptions
 from rulvar_otel.errors import ConfigError
 
 __all__ = ["OrchestrateOptions"]

@@ -22,7 +22,7 @@ from rulvar_otel.engine._orchestrate.ledger import RunLedger
 from rulvar_otel.engine._orchestrate.options import OrchestrateOptions
 from rulvar_otel.engine._orchestrate.plan import NodeState, Plan, PlanNode, spawn_key
 from rulvar_otel.engine._orchestrate.tools import child_tools, turn_tools
-from rulvar_otel.engine.context import AgentOptions
+from rulvar_otel.engine.options import AgentOptions
 from rulvar_otel.engine.cost import OrchestrationFacts
 from rulvar_otel.engine.journal import JournalEntry, JournalKind
 from rulvar_otel.engine.scope import CURRENT_SCOPE, ReplayedCancellation, Scope

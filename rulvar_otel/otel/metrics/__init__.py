@@ -25,10 +25,9 @@ from opentelemetry.metrics import Observation as GaugeObservation
 from opentelemetry.trace import NonRecordingSpan, SpanContext
 
 from rulvar_otel.core.drain import drain
-from rulvar_otel.core.events import EventModel
+from rulvar_otel.core.events import EventModel, as_wire
 from rulvar_otel.core.handle import RunHandle, RunOutcome
 from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
-from rulvar_otel.core.wire import as_wire
 from rulvar_otel.otel.metrics._folds import PAIRED_TYPES
 from rulvar_otel.otel.metrics.registry import (
     ADVANCE_TYPES,
