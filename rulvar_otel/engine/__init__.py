@@ -32,7 +32,7 @@ orchestration whose plan and decisions the engine owns and journals. Errors a wo
 the :class:`~rulvar_otel.errors.WorkflowError` family.
 """
 
-from rulvar_otel.engine._orchestrate import Limits, OrchestrateOptions, orchestrate, orchestration_workflow
+from rulvar_otel.engine._orchestrate import Limits, OrchestrateOptions
 from rulvar_otel.engine.context import Context
 from rulvar_otel.engine.cost import AgentRecord, CostReport, Slice, fold_cost_report
 from rulvar_otel.engine.engine import Engine, EngineConfig, EngineRunHandle, RetryPolicy, create_engine
@@ -53,6 +53,7 @@ from rulvar_otel.engine.limits import (
 )
 from rulvar_otel.engine.model import ModelAdapter, ModelRequest, ModelTurn, TokenCounter, ToolCallRequest
 from rulvar_otel.engine.options import AgentOptions
+from rulvar_otel.engine.orchestration import orchestrate, orchestration_workflow
 from rulvar_otel.engine.pricing import Price, PricingTable
 from rulvar_otel.engine.scripted import Fail, Hang, Reply, ScriptedAdapter, ScriptTurn, ToolCalls
 from rulvar_otel.engine.status import RunStatus

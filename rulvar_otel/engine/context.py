@@ -29,7 +29,15 @@ from rulvar_otel.engine.suspension import SuspensionKind, deadline_error, deadli
 from rulvar_otel.engine.values import jsonable
 from rulvar_otel.errors import ConfigError, JournalError, ReplayMissError
 
-__all__ = ["AgentDispatcher", "Context", "Workflow", "WorkflowFn", "check_workflow", "workflow"]
+__all__ = [
+    "AgentDispatcher",
+    "Context",
+    "Orchestrator",
+    "Workflow",
+    "WorkflowFn",
+    "check_workflow",
+    "workflow",
+]
 
 T = TypeVar("T")
 
@@ -38,6 +46,8 @@ _LOG_LEVELS = ("debug", "info", "warn", "error")
 
 # How a run dispatches ``ctx.agent``: (segment, calling scope, prompt, options) -> the agent's value.
 AgentDispatcher = Callable[[SegmentState, Scope, str, AgentOptions], Awaitable[Any]]
+# Runs one orchestration (run, scope, goal, options) to its result mapping; the run injects it.
+Orchestrator = Callable[[SegmentState, Scope, str, Any], Awaitable[dict[str, Any]]]
 
 WorkflowFn = Callable[["Context", Any], Awaitable[Any]]
 
@@ -45,9 +55,15 @@ WorkflowFn = Callable[["Context", Any], Awaitable[Any]]
 class Context:
     """What a workflow body receives: the journaled primitives of the run."""
 
-    def __init__(self, run: SegmentState, dispatch_agent: AgentDispatcher) -> None:
+    def __init__(
+        self,
+        run: SegmentState,
+        dispatch_agent: AgentDispatcher,
+        orchestrate: Orchestrator | None = None,
+    ) -> None:
         self._run = run
         self._dispatch_agent = dispatch_agent
+        self._orchestrate = orchestrate
 
     def _scope(self) -> Scope:
         scope = CURRENT_SCOPE.get()
@@ -252,9 +268,9 @@ class Context:
         ``options`` is an ``OrchestrateOptions``. Returns ``verdict``, ``completion``,
         ``childStatusCounts``, ``summary``, ``forcedFinish`` and the done nodes' ``results``.
         """
-        from rulvar_otel.engine._orchestrate import run_orchestration
-
-        return await run_orchestration(self._run, self._scope(), goal, options)
+        if self._orchestrate is None:
+            raise ConfigError("this engine runs no orchestrations")
+        return await self._orchestrate(self._run, self._scope(), goal, options)
 
 
 async def _run_branch(scope: Scope, awaitable: Awaitable[T], detect: bool) -> T:

@@ -20,10 +20,11 @@ from pydantic import BaseModel
 
 from rulvar_otel.core.events import Usage
 from rulvar_otel.engine._orchestrate import OrchestrateOptions
-from rulvar_otel.engine.options import AgentOptions, Context
+from rulvar_otel.engine.context import Context
 from rulvar_otel.engine.engine import Engine, create_engine
 from rulvar_otel.engine.journal import JournalStore
 from rulvar_otel.engine.limits import ScriptedQuota
+from rulvar_otel.engine.options import AgentOptions
 from rulvar_otel.engine.pricing import Price, PricingTable
 from rulvar_otel.engine.scripted import Reply, ScriptedAdapter, ScriptTurn, ToolCalls
 from rulvar_otel.engine.tools import Permissions, tool

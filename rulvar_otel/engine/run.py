@@ -15,12 +15,12 @@ from typing import Any
 from rulvar_otel.core.events import DeterminismWarning, Log, RunEnd, RunStart
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.engine import determinism
+from rulvar_otel.engine._orchestrate import run_orchestration
 from rulvar_otel.engine.agent import dispatch_agent
 from rulvar_otel.engine.config import EngineConfig
 from rulvar_otel.engine.context import Context, Workflow
 from rulvar_otel.engine.cost import (
     CostReport,
-    OrchestrationFacts,
     build_envelope,
     fold_cost_report,
     total_usage,
@@ -68,8 +68,6 @@ class RunSegment(SegmentState):
         super().__init__(engine, run_id, entries, segment=segment, dry_run=dry_run, budget_usd=budget_usd)
         self.wf = wf
         self.args = args
-        # Set by the first ctx.orchestrate of the run: what its orchestrations add to the cost fold.
-        self.orchestration: OrchestrationFacts | None = None
         self._started = False
         self.task: asyncio.Task[None] | None = None
         self.detector = determinism.DeterminismDetector(
@@ -145,7 +143,7 @@ class RunSegment(SegmentState):
 
     async def _main(self) -> None:
         self._started = True
-        ctx = Context(self, dispatch_agent)
+        ctx = Context(self, dispatch_agent, run_orchestration)
         CURRENT_SCOPE.set(Scope(self, "", self.root_span, None, None, self.wf.name))
         opened = True
         warning: str | None = None

@@ -17,7 +17,7 @@ from rulvar_otel.engine import determinism
 from rulvar_otel.engine.budget import BudgetAccount
 from rulvar_otel.engine.bus import EventBus
 from rulvar_otel.engine.config import EngineConfig
-from rulvar_otel.engine.cost import AgentRecord
+from rulvar_otel.engine.cost import AgentRecord, OrchestrationFacts
 from rulvar_otel.engine.journal import JournalEntry
 from rulvar_otel.engine.journal_view import JournalView
 from rulvar_otel.engine.limits import ExposureGate
@@ -60,6 +60,8 @@ class SegmentState:
         )
         self.budget = BudgetAccount(budget_usd, self.report_budget)
         self.records: list[AgentRecord] = []
+        # Set by the first ctx.orchestrate of the run: what its orchestrations add to the cost fold.
+        self.orchestration: OrchestrationFacts | None = None
         self.agents_spawned = 0
         self.suspensions = Suspensions(self)
         cap = engine.max_in_flight_exposure_usd

@@ -6,7 +6,7 @@ a replay re-emits them through the same path as the live run.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rulvar_otel.core.events import (
     EscalationDecided,
@@ -29,8 +29,9 @@ from rulvar_otel.core.events import (
     VerifyFailed,
 )
 
-if TYPE_CHECKING:
-    from rulvar_otel.engine._orchestrate.orchestrator import Orchestration
+# The orchestrator's state and children (orchestrator.Orchestration, .Child), typed loosely here:
+# naming them would import the module that imports this one.
+Orchestration = Any
 
 __all__ = [
     "EscalationDecided",

@@ -8,15 +8,17 @@ entry. A node cancelled after it was paid for is *abandoned*: its spend moves to
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rulvar_otel.engine._orchestrate import events as ev
 from rulvar_otel.engine._orchestrate.admission import Donor
 from rulvar_otel.engine._orchestrate.plan import NodeState, PlanNode
 from rulvar_otel.engine.journal import JournalEntry
 
-if TYPE_CHECKING:
-    from rulvar_otel.engine._orchestrate.orchestrator import Child, Orchestration
+# The orchestrator's state and children (orchestrator.Orchestration, .Child), typed loosely here:
+# naming them would import the module that imports this one.
+Orchestration = Any
+Child = Any
 
 __all__ = ["abandon", "digest", "land"]
 

@@ -22,14 +22,14 @@ from rulvar_otel.engine._orchestrate.ledger import RunLedger
 from rulvar_otel.engine._orchestrate.options import OrchestrateOptions
 from rulvar_otel.engine._orchestrate.plan import NodeState, Plan, PlanNode, spawn_key
 from rulvar_otel.engine._orchestrate.tools import child_tools, turn_tools
-from rulvar_otel.engine.options import AgentOptions
 from rulvar_otel.engine.cost import OrchestrationFacts
 from rulvar_otel.engine.journal import JournalEntry, JournalKind
+from rulvar_otel.engine.options import AgentOptions
 from rulvar_otel.engine.scope import CURRENT_SCOPE, ReplayedCancellation, Scope
 from rulvar_otel.errors import WorkflowError
 
 if TYPE_CHECKING:
-    from rulvar_otel.engine.run import RunSegment
+    from rulvar_otel.engine.segment import SegmentState
 
 __all__ = ["Child", "Orchestration"]
 
@@ -62,7 +62,7 @@ class TurnRequests:
 
 @dataclass
 class Orchestration:
-    run: RunSegment
+    run: SegmentState
     scope: Scope
     goal: str
     options: OrchestrateOptions

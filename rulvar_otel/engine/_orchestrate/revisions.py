@@ -7,7 +7,7 @@ replay, needs nothing but the entry and the plan head it was decided against.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rulvar_otel.engine._orchestrate import events as ev
 from rulvar_otel.engine._orchestrate.landing import abandon
@@ -15,8 +15,9 @@ from rulvar_otel.engine._orchestrate.plan import NodeState, OpOutcome, PlanNode
 from rulvar_otel.engine.journal import JournalEntry
 from rulvar_otel.errors import WorkflowError
 
-if TYPE_CHECKING:
-    from rulvar_otel.engine._orchestrate.orchestrator import Orchestration
+# The orchestrator's state and children (orchestrator.Orchestration, .Child), typed loosely here:
+# naming them would import the module that imports this one.
+Orchestration = Any
 
 __all__ = ["apply_revision", "decide_revision"]
 
@@ -63,7 +64,8 @@ async def decide_revision(orch: Orchestration, ops: Any, base: Any) -> JournalEn
         "exhausted": exhausted,
         "minted": orch.minted,
     }
-    return await orch.decide(data)
+    entry: JournalEntry = await orch.decide(data)
+    return entry
 
 
 def apply_revision(orch: Orchestration, entry: JournalEntry) -> None:

@@ -7,15 +7,17 @@ and returns a deterministic render of what was decided. Malformed arguments are 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from rulvar_otel.engine._orchestrate.plan import PlanNode
 from rulvar_otel.engine.tools import Tool
 
-if TYPE_CHECKING:
-    from rulvar_otel.engine._orchestrate.orchestrator import Child, Orchestration
+# The orchestrator's state and children (orchestrator.Orchestration, .Child), typed loosely here:
+# naming them would import the module that imports this one.
+Orchestration = Any
+Child = Any
 
 __all__ = ["ESCALATION_KINDS", "child_tools", "turn_tools"]
 
@@ -86,7 +88,7 @@ def turn_tools(orch: Orchestration) -> tuple[Tool, ...]:
 
     def ledger_read() -> str:
         """The run ledger: brief, facts, lessons, observations."""
-        return orch.ledger.render()
+        return str(orch.ledger.render())
 
     def finish(summary: str = "") -> str:
         """Finish the orchestration with a summary. End your turn after this call."""
