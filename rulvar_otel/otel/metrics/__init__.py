@@ -16,14 +16,16 @@ import weakref
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Meter, UpDownCounter
 from opentelemetry.metrics import Observation as GaugeObservation
 
 from rulvar_otel.core.drain import drain
-from rulvar_otel.core.events import EventModel
 from rulvar_otel.core.handle import RunHandle, RunOutcome
+
+if TYPE_CHECKING:
+    from rulvar_otel.core.events import EventModel
 from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
 from rulvar_otel.core.wire import as_wire
 from rulvar_otel.otel.metrics._folds import PAIRED_TYPES
