@@ -26,7 +26,7 @@ def test_quick_mode_prints_every_figure(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     table = done.stdout
     headings = ("== parse+map ==", "== sdk floor ==", "== metrics ==", "== direct path ==", "== scale ==")
-    for heading in (*headings, "== end to end =="):
+    for heading in (*headings, "== end to end ==", "== start-up ==", "== progress =="):
         assert heading in table
     for phrase in (
         "parse+map, no-op tracer",
@@ -48,11 +48,24 @@ def test_quick_mode_prints_every_figure(tmp_path: Path) -> None:
         "linear fit",
         "rulvar-otel export --pipeline direct -> OTLP/gRPC",
         "rulvar-otel export --pipeline sdk -> OTLP/gRPC",
+        "rulvar-otel export tools.jsonl (45 events) -> OTLP/gRPC, whole process",
+        "python -c pass",
+        "export tools.jsonl --progress auto, stderr a pipe",
+        "export tools.jsonl --progress lines, stderr a pipe",
     ):
         assert phrase in table, phrase
     figures = json.loads(out.read_text())
     sections = {f["section"] for f in figures}
-    assert sections == {"parse+map", "sdk floor", "metrics", "direct path", "scale", "end to end"}
+    assert sections == {
+        "parse+map",
+        "sdk floor",
+        "metrics",
+        "direct path",
+        "scale",
+        "end to end",
+        "start-up",
+        "progress",
+    }
     ratios = [f["ratio"] for f in figures if f["ratio"] is not None]
     assert ratios and all(r > 0 for r in ratios)
     # Delivery is a correctness figure, not a timing: every span and span event must arrive.
