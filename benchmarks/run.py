@@ -4,7 +4,8 @@ Every figure is printed beside a baseline measured in the same process run, inte
 round, with the median of the per-round ratios; see docs/benchmarks.md for what each one means.
 
 The figures live in ``_figures_mapping`` (1-3), ``_figures_scale`` (4-5) and ``_figures_direct``
-(6-8), ``_figures_tail`` (9); the rows and the table in ``_report``. This module is the command line.
+(6-8), ``_figures_tail`` (9), ``_figures_startup`` (start-up and progress); the rows and the table
+in ``_report``. This module is the command line.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from benchmarks._figures_direct import bench_direct
 from benchmarks._figures_mapping import bench_floor, bench_metrics, bench_parse
 from benchmarks._figures_scale import bench_e2e, bench_scale
+from benchmarks._figures_startup import bench_progress, bench_startup
 from benchmarks._figures_tail import bench_tail
 from benchmarks._report import DEFAULT_STREAM, Figure, load_stream, say, table
 
@@ -51,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--only",
-        default="parse,floor,metrics,direct,scale,e2e,tail",
+        default="parse,floor,metrics,direct,scale,e2e,tail,startup,progress",
         help="comma-separated sections to run (default all)",
     )
     parser.add_argument("--json", type=Path, help="also write the figures as JSON to this file")
@@ -99,6 +101,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         steps.append(("end to end", e2e_step))
     if "tail" in sections:
         steps.append(("live tail", lambda: bench_tail(args.quick)))
+    # Fresh processes per round: bounded rounds keep these two within a minute on large.
+    if "startup" in sections:
+        steps.append(("start-up", lambda: bench_startup(rounds)))
+    if "progress" in sections:
+        steps.append(("progress overhead", lambda: bench_progress(stream, min(rounds, 7))))
 
     say(f"rulvar-otel benchmarks on {stream} ({rounds} rounds, medians; python {sys.version.split()[0]})")
     for title, step in steps:

@@ -7,8 +7,8 @@ tree. The rest lives in its own public module: ``rulvar_otel.engine`` (the bundl
 spans and metrics for a host's tests), ``rulvar_otel.export`` (the export pipeline's parts),
 ``rulvar_otel.core`` (the event model and folds).
 
-Handles and errors are imported eagerly and load no OpenTelemetry; everything else loads on
-first use, so ``import rulvar_otel`` stays free of OpenTelemetry, network and terminal libraries.
+Errors are imported eagerly; everything else loads on first use, so ``import rulvar_otel``
+stays free of OpenTelemetry, network and terminal libraries, and of the event models.
 """
 
 from __future__ import annotations
@@ -16,15 +16,6 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from rulvar_otel._version import __version__
-from rulvar_otel.core import (
-    EventLike,
-    RunHandle,
-    RunOutcome,
-    WorkflowEvent,
-    handle_from_events,
-    parse_event,
-)
 from rulvar_otel.errors import (
     AdapterError,
     AgentFailedError,
@@ -50,6 +41,14 @@ from rulvar_otel.errors import (
 )
 
 if TYPE_CHECKING:
+    from rulvar_otel.core import (
+        EventLike,
+        RunHandle,
+        RunOutcome,
+        WorkflowEvent,
+        handle_from_events,
+        parse_event,
+    )
     from rulvar_otel.export import (
         ExportFailure,
         ExportOptions,
@@ -68,6 +67,12 @@ if TYPE_CHECKING:
 
 # name -> module that defines it; resolved on first attribute access (PEP 562).
 _LAZY: dict[str, str] = {
+    "EventLike": "rulvar_otel.core",
+    "RunHandle": "rulvar_otel.core",
+    "RunOutcome": "rulvar_otel.core",
+    "WorkflowEvent": "rulvar_otel.core",
+    "handle_from_events": "rulvar_otel.core",
+    "parse_event": "rulvar_otel.core",
     "to_otel": "rulvar_otel.otel",
     "export_events": "rulvar_otel.otel",
     "export_run": "rulvar_otel.export",

@@ -26,7 +26,7 @@ def test_quick_mode_prints_every_figure(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     table = done.stdout
     headings = ("== parse+map ==", "== sdk floor ==", "== metrics ==", "== direct path ==", "== scale ==")
-    for heading in (*headings, "== end to end ==", "== tail =="):
+    for heading in (*headings, "== end to end ==", "== tail ==", "== start-up ==", "== progress =="):
         assert heading in table
     for phrase in (
         "parse+map, no-op tracer",
@@ -48,11 +48,25 @@ def test_quick_mode_prints_every_figure(tmp_path: Path) -> None:
         "linear fit",
         "rulvar-otel export --pipeline direct -> OTLP/gRPC",
         "rulvar-otel export --pipeline sdk -> OTLP/gRPC",
+        "rulvar-otel export tools.jsonl (45 events) -> OTLP/gRPC, whole process",
+        "python -c pass",
+        "export tools.jsonl --progress auto, stderr a pipe",
+        "export tools.jsonl --progress lines, stderr a pipe",
     ):
         assert phrase in table, phrase
     figures = json.loads(out.read_text())
     sections = {f["section"] for f in figures}
-    assert sections == {"parse+map", "sdk floor", "metrics", "direct path", "scale", "end to end", "tail"}
+    assert sections == {
+        "parse+map",
+        "sdk floor",
+        "metrics",
+        "direct path",
+        "scale",
+        "end to end",
+        "start-up",
+        "progress",
+        "tail",
+    }
     # The live tail through the 20-frame server limit delivered every event (a correctness part).
     (tail,) = [f for f in figures if f["section"] == "tail"]
     assert "through a 20-frame server limit" in tail["name"] and "behind at run end" in tail["value"]

@@ -392,15 +392,16 @@ def test_the_input_stream_is_never_the_output_file(tmp_path: Path) -> None:
     assert path.read_bytes() == original and default.read_bytes() == original
 
 
-def test_progress_lines_go_to_stderr_and_auto_appends_lines_off_a_terminal() -> None:
+def test_progress_lines_go_to_stderr_and_auto_appends_milestones_off_a_terminal() -> None:
     code, out, err = run_cli("export", str(STREAMS / "tools.jsonl"), "--progress", "lines", "--no-tree")
     assert code == EXIT_OK, err
     assert out == ""
     assert "tool fetch error" in err
-    # CliRunner's stderr is not a terminal: auto degrades to append-only lines, never repaints.
+    # CliRunner's stderr is not a terminal: auto appends milestones, never repaints nor lists events.
     code, _, auto_err = run_cli("export", str(STREAMS / "tools.jsonl"), "--no-tree")
     assert code == EXIT_OK
-    assert "tool fetch error" in auto_err and "\x1b[" not in auto_err
+    assert "phase research" in auto_err and "\x1b[" not in auto_err
+    assert "tool fetch error" not in auto_err
     code, _, off_err = run_cli("export", str(STREAMS / "tools.jsonl"), "--no-tree", "--progress", "off")
     assert code == EXIT_OK
     assert "tool fetch error" not in off_err

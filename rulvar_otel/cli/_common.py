@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any, Final, TextIO
+from typing import TYPE_CHECKING, Annotated, Any, Final, TextIO
 from urllib.parse import parse_qsl, urlsplit
 
 import typer
@@ -40,8 +40,6 @@ from rulvar_otel.export import (
     EventObserver,
     ExportOptions,
     ExportReport,
-    MetricsPipeline,
-    build_metrics_delivery,
     export_run,
     export_run_async,
     parse_header,
@@ -49,6 +47,9 @@ from rulvar_otel.export import (
 )
 from rulvar_otel.masking import compile_secret_masker, set_output_masker
 from rulvar_otel.otel.semconv import DEFAULT_METRIC_CARDINALITY_LIMIT
+
+if TYPE_CHECKING:
+    from rulvar_otel.export import MetricsPipeline
 
 __all__ = [
     "EXIT_EXPORT_FAILED",
@@ -397,6 +398,9 @@ def open_metrics(command: CommandOptions) -> MetricsPipeline | None:
     hands it to :func:`run_export_async`, so both land in one provider and one endpoint.
     :class:`ConfigError` (naming the flag) when a destination is unusable, a taken port say.
     """
+    # Metrics pull in the metrics SDK and the Prometheus exporter: only a command asking for them.
+    from rulvar_otel.export import build_metrics_delivery
+
     service = resolve_service_name(command.export, None)
     try:
         return build_metrics_delivery(command.export, service_name=service)

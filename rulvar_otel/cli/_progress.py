@@ -1,7 +1,9 @@
 """The live progress view the CLI commands share (``--progress auto|tty|lines|off``).
 
-On a terminal it is a tree repainted in place at a bounded rate (rich's ``Live``); in pipes and
-CI it prints append-only plain lines (one per lifecycle fact, budget lines throttled). Output
+On a terminal it is a tree repainted in place at a bounded rate (rich's ``Live``). Elsewhere
+(pipes, CI logs) ``auto`` prints milestones a log reader wants: each run and phase starting, a
+counts line every few seconds of wall time, and the final summary; ``lines`` prints append-only
+plain lines (one per lifecycle fact, budget lines throttled). Output
 goes to stderr so stdout stays the command's own. ``NO_COLOR`` is honoured (rich reads it).
 
 Every dynamic string comes out of :class:`~rulvar_otel.core.progress.ProgressState` already
@@ -23,6 +25,7 @@ from rich.live import Live
 from rich.text import Text
 
 from rulvar_otel.cli._text import PROGRESS_MODES
+from rulvar_otel.core.events import as_wire
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import SecretMasker, default_masker
 from rulvar_otel.core.progress import (
@@ -139,6 +142,77 @@ class _LinesView(ProgressView):
         self._closed = True
         if self.fed:
             self._write(summary_lines(self.state, outcome, self._masker))
+
+
+# --- non-terminal milestones (``auto`` off a terminal) -------------------------------------------
+
+# Events whose ProgressLines line is a milestone; every other event only updates the counts.
+_MILESTONE_KINDS: Final = frozenset({"run:start", "run:end", "phase:start"})
+SUMMARY_INTERVAL_S: Final = 5.0
+
+
+class _MilestoneView(ProgressView):
+    """Milestones for a log: run and phase starts, a counts line per interval, the summary.
+
+    The interval is measured on ``clock`` (wall time by default; a test injects its own), so a
+    21,000-event stream exported in two seconds writes a handful of lines, not one per event.
+    """
+
+    def __init__(
+        self,
+        state: ProgressState,
+        stream: TextIO,
+        masker: SecretMasker,
+        *,
+        clock: Callable[[], float],
+        interval_s: float = SUMMARY_INTERVAL_S,
+    ) -> None:
+        super().__init__(state)
+        self._printer = ProgressLines(masker, budget_interval_s=5.0, state=state)
+        self._stream = stream
+        self._masker = masker
+        self._clock = clock
+        self._interval = interval_s
+        self._last_line_at = clock()
+        self._span_ids: set[str] = set()
+
+    def _write(self, lines: list[str]) -> None:
+        if lines:
+            self._stream.write("".join(_cut(line) + "\n" for line in lines))
+            self._stream.flush()
+            self._last_line_at = self._clock()
+
+    def feed(self, event: Mapping[str, Any]) -> None:
+        wire = as_wire(event)
+        if wire.get("type") in _MILESTONE_KINDS:
+            self._write(self._printer.lines(wire))
+        else:
+            self.state.apply(wire)
+        span_id = wire.get("spanId")
+        if isinstance(span_id, str):
+            self._span_ids.add(span_id)
+        if self._clock() - self._last_line_at >= self._interval:
+            self._write([self.counts_line()])
+
+    def counts_line(self) -> str:
+        """``… 1,204 events  310 spans  agents 120 ok, 2 error, 8 running  spent $0.41``."""
+        st = self.state
+        parts = [f"… {st.events:,} events", f"{len(self._span_ids):,} spans"]
+        counts = st.status_counts()
+        if counts:
+            parts.append("agents " + ", ".join(f"{n:,} {status}" for status, n in sorted(counts.items())))
+        if st.spent_usd is not None or st.total_usd is not None:
+            parts.append(f"spent {format_usd(st.total_usd if st.total_usd is not None else st.spent_usd)}")
+        return "  ".join(parts)
+
+    def close(self, outcome: RunOutcome | BaseException | None = None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._write(summary_lines(self.state, outcome, self._masker))
+
+
+# --- end of non-terminal milestones -------------------------------------------------------------
 
 
 class _TtyView(ProgressView):
@@ -433,8 +507,9 @@ def open_progress(
 ) -> ProgressView:
     """Open a progress view writing to ``stream`` (stderr by default).
 
-    ``mode``: ``auto`` (a repainted tree on a terminal, plain lines otherwise, lines under
-    ``CI``), ``tty``, ``lines`` or ``off``. ``ceiling_usd`` fixes the budget the header measures
+    ``mode``: ``auto`` (a repainted tree on a terminal; milestones and a counts line every few
+    seconds of ``clock`` otherwise, and under ``CI``), ``tty``, ``lines`` (every lifecycle fact)
+    or ``off``. ``ceiling_usd`` fixes the budget the header measures
     spend against; without it the ceiling comes from ``budget:update`` (spent + remaining).
     """
     if mode not in PROGRESS_MODES:
@@ -446,6 +521,8 @@ def open_progress(
     if mode == "off":
         return ProgressView(state)
     out = stream if stream is not None else sys.stderr
-    if mode == "lines" or (mode == "auto" and not _auto_is_tty(out)):
+    if mode == "lines":
         return _LinesView(state, out, masker)
+    if mode == "auto" and not _auto_is_tty(out):
+        return _MilestoneView(state, out, masker, clock=clock)
     return _TtyView(state, out, masker, fps=fps, clock=clock)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from rulvar_otel.core.events import EventLike, EventModel, event_to_wire
 from rulvar_otel.errors import RunRejectedError, SourceError
+
+if TYPE_CHECKING:
+    from rulvar_otel.core.events import EventModel
 
 __all__ = [
     "EventLike",
@@ -28,7 +30,9 @@ __all__ = [
 ]
 
 # Events travel either as typed models (the bundled engine) or as wire-form dicts (recorded
-# streams, servers): parsing every line into a model would dominate the exporter's cost.
+# streams, servers): parsing every line into a model would dominate the exporter's cost. The
+# alias is written as a string so that a wire-form path never imports the event models.
+EventLike: TypeAlias = "EventModel | Mapping[str, Any]"
 Listener: TypeAlias = Callable[[EventLike], object]
 
 
@@ -65,15 +69,23 @@ class RunHandle(Protocol):
 
 def event_field(event: EventLike, wire_name: str) -> Any:
     """Read one wire-named field from either event form (None when absent, or for a non-event)."""
-    if isinstance(event, EventModel):
-        # The envelope fields are plain attributes: no need to dump the whole model for them.
-        if wire_name == "type":
-            return event.type
-        if wire_name == "runId":
-            return event.run_id
-        return event_to_wire(event).get(wire_name)
-    # A host's stream may carry anything: what is neither form has no fields (drain skips it).
-    return event.get(wire_name) if isinstance(event, Mapping) else None
+    if isinstance(event, Mapping):
+        return event.get(wire_name)
+    if not isinstance(event, BaseModel):
+        return None  # a host's stream may carry anything: what is neither form has no fields
+    # A model: the envelope fields are plain attributes, no need to dump the whole model for them.
+    if wire_name == "type":
+        return event.type
+    if wire_name == "runId":
+        return event.run_id
+    return _to_wire(event).get(wire_name)
+
+
+def _to_wire(event: EventModel) -> dict[str, Any]:
+    # Only a model needs the event module; it is loaded by whoever built the model.
+    from rulvar_otel.core.events import event_to_wire
+
+    return event_to_wire(event)
 
 
 def outcome_from_json(data: Mapping[str, Any]) -> RunOutcome | RunRejectedError:
@@ -168,7 +180,7 @@ class RecordedRunHandle:
         if not isinstance(kind, str):
             kind = None  # junk (42, None, an unhashable type): kept in the stream for drain to skip
         elif kind == "run:end":
-            self._last_run_end = event if isinstance(event, Mapping) else event_to_wire(event)
+            self._last_run_end = event if isinstance(event, Mapping) else _to_wire(event)
         for cb in (*self._listeners.get(kind, ()), *self._listeners.get("*", ())):  # type: ignore[arg-type]
             try:
                 cb(event)

@@ -15,7 +15,7 @@ metrics pipeline's own readers instead of SDK instruments.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.metrics import Meter
 from opentelemetry.sdk.trace import ReadableSpan
@@ -23,9 +23,11 @@ from opentelemetry.sdk.trace import ReadableSpan
 from rulvar_otel.core.drain import Sink
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import SecretMasker
-from rulvar_otel.export._metrics import MetricsPipeline
 from rulvar_otel.export._options import ExportOptions
 from rulvar_otel.export._report import SpanPipeline
+
+if TYPE_CHECKING:
+    from rulvar_otel.export._metrics import MetricsPipeline
 from rulvar_otel.export._traces import (
     DEFAULT_SCHEDULE_DELAY_S,
     MAX_KEPT_SPANS,
@@ -37,7 +39,6 @@ from rulvar_otel.export._traces import (
 from rulvar_otel.otel._parentage import resolve_parent
 from rulvar_otel.otel._runs import RunRouter
 from rulvar_otel.otel.direct import DirectSpanSink
-from rulvar_otel.otel.direct_metrics import MetricsAggregator, attach_reader
 from rulvar_otel.otel.ids import RulvarIdGenerator
 
 __all__ = ["direct_pipeline"]
@@ -116,6 +117,8 @@ def direct_pipeline(
     )
     per_run: Any = None
     if metrics is not None and metrics.readers:
+        from rulvar_otel.otel.direct_metrics import MetricsAggregator, attach_reader
+
         aggregator = MetricsAggregator(
             masker, resource=metrics.resource, cardinality_limit=metrics.cardinality_limit
         )

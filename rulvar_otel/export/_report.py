@@ -13,16 +13,18 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from opentelemetry.metrics import Meter
 from opentelemetry.sdk.trace import ReadableSpan
 
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import SecretMasker
-from rulvar_otel.export._metrics import MetricsPipeline
 from rulvar_otel.export._options import ExportOptions
 from rulvar_otel.export._traces import DeliveryReport
+
+if TYPE_CHECKING:
+    from rulvar_otel.export._metrics import MetricsPipeline
 
 __all__ = [
     "EventObserver",

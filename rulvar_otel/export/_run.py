@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from types import FrameType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.context import Context
 
@@ -26,7 +26,6 @@ from rulvar_otel.core.masking import compile_secret_masker
 from rulvar_otel.errors import ConfigError, RulvarOtelError
 from rulvar_otel.export._direct_pipeline import direct_pipeline
 from rulvar_otel.export._logs import SdkLogCapture, clean_text
-from rulvar_otel.export._metrics import MetricsPipeline, build_metrics_delivery
 from rulvar_otel.export._options import ExportOptions
 from rulvar_otel.export._report import (
     EventObserver,
@@ -40,6 +39,9 @@ from rulvar_otel.export._sdk_pipeline import sdk_pipeline
 from rulvar_otel.export._stream import StreamedRun
 from rulvar_otel.export._traces import resolve_service_name
 from rulvar_otel.otel._parentage import Parentage, resolve_parent
+
+if TYPE_CHECKING:
+    from rulvar_otel.export._metrics import MetricsPipeline
 
 __all__ = ["INTERRUPT_GRACE_S", "export_run", "export_run_async"]
 
@@ -110,7 +112,11 @@ class _Export:
         try:
             service = resolve_service_name(self.options, self.environ)
             self.metrics = self.given_metrics
-            if self.metrics is None:
+            asked = self.options.metrics_endpoint is not None or self.options.prometheus_port is not None
+            if self.metrics is None and asked:
+                # The metrics SDK and the Prometheus exporter load only for an export that wants them.
+                from rulvar_otel.export._metrics import build_metrics_delivery
+
                 self.metrics = build_metrics_delivery(
                     self.options, service_name=service, environ=self.environ
                 )

@@ -9,7 +9,7 @@ stream become two traces even when they reuse span ids; each run settles with it
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.metrics import Meter
 from opentelemetry.sdk.trace import ReadableSpan
@@ -17,9 +17,11 @@ from opentelemetry.sdk.trace import ReadableSpan
 from rulvar_otel.core.drain import Sink
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import SecretMasker
-from rulvar_otel.export._metrics import MetricsPipeline
 from rulvar_otel.export._options import ExportOptions
 from rulvar_otel.export._report import SpanPipeline
+
+if TYPE_CHECKING:
+    from rulvar_otel.export._metrics import MetricsPipeline
 from rulvar_otel.export._traces import DeliveryReport, TraceDelivery, build_trace_delivery
 from rulvar_otel.otel._parentage import resolve_parent
 from rulvar_otel.otel._runs import RunRouter

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from rulvar_otel.core.events import event_to_wire
+from rulvar_otel.core.events import as_wire
 from rulvar_otel.core.handle import EventLike, RunOutcome, event_field, outcome_from_run_end
 from rulvar_otel.errors import SourceError
 
@@ -77,7 +77,7 @@ class StreamedRun:
         self._see_run_id(event)
         kind = event_field(event, "type")
         if kind == "run:end":
-            self.last_run_end = event if isinstance(event, Mapping) else event_to_wire(event)
+            self.last_run_end = as_wire(event)
         if self._listeners:
             for callback in (*self._listeners.get(str(kind), ()), *self._listeners.get("*", ())):
                 try:

@@ -4,12 +4,44 @@ Through the host's tracer (``to_otel(handle, tracer)``, ``export_events(events, 
 the direct path straight to SDK span exporters (``exporter=``; :func:`grpc_span_exporter` is the
 library's OTLP/gRPC exporter reading a direct batch's prebuilt request), with metrics aggregated
 by :class:`MetricsAggregator` for the OTel metric readers.
+
+Each name loads on first use: a command that needs one part (the direct mapper, say) does not
+import the others (the SDK exporter, the metrics aggregator).
 """
 
-from rulvar_otel.otel._mapper import SpanMapper
-from rulvar_otel.otel.direct import DirectSpanSink, grpc_span_exporter
-from rulvar_otel.otel.direct_metrics import MetricsAggregator
-from rulvar_otel.otel.exporter import create_mapper, export_events, to_otel
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rulvar_otel.otel._mapper import SpanMapper
+    from rulvar_otel.otel.direct import DirectSpanSink, grpc_span_exporter
+    from rulvar_otel.otel.direct_metrics import MetricsAggregator
+    from rulvar_otel.otel.exporter import create_mapper, export_events, to_otel
+
+# name -> module that defines it; resolved on first attribute access (PEP 562).
+_LAZY: dict[str, str] = {
+    "SpanMapper": "rulvar_otel.otel._mapper",
+    "DirectSpanSink": "rulvar_otel.otel.direct",
+    "grpc_span_exporter": "rulvar_otel.otel.direct",
+    "MetricsAggregator": "rulvar_otel.otel.direct_metrics",
+    "create_mapper": "rulvar_otel.otel.exporter",
+    "export_events": "rulvar_otel.otel.exporter",
+    "to_otel": "rulvar_otel.otel.exporter",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rulvar_otel.otel' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "DirectSpanSink",

@@ -16,7 +16,7 @@ import weakref
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -25,8 +25,11 @@ from opentelemetry.metrics import Observation as GaugeObservation
 from opentelemetry.trace import NonRecordingSpan, SpanContext
 
 from rulvar_otel.core.drain import drain
-from rulvar_otel.core.events import EventModel, as_wire
+from rulvar_otel.core.events import as_wire
 from rulvar_otel.core.handle import RunHandle, RunOutcome
+
+if TYPE_CHECKING:
+    from rulvar_otel.core.events import EventModel
 from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
 from rulvar_otel.otel.metrics._folds import PAIRED_TYPES
 from rulvar_otel.otel.metrics.registry import (

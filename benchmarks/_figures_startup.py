@@ -1,0 +1,101 @@
+"""Figures 7 and 8: start-up (a tiny export as a whole process) and non-terminal progress overhead.
+
+Both run the CLI in fresh processes, interleaved round by round with their baseline: ``python -c
+pass`` for start-up, the same export with ``--progress off`` for progress. stderr is a pipe, so
+``--progress auto`` takes its non-terminal form (milestones); ``--progress lines`` (one line per
+lifecycle fact) is shown beside it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Final
+
+from benchmarks._report import REPO, Figure
+from benchmarks._timing import interleaved
+from tests._support import GrpcTraceReceiver
+
+__all__ = ["TINY_STREAM", "bench_progress", "bench_startup"]
+
+TINY_STREAM: Final = REPO / "tests" / "fixtures" / "reference" / "streams" / "tools.jsonl"
+_CLI: Final = "from rulvar_otel.cli import main; main()"
+# Node's whole start-up with the OpenTelemetry JS SDK and its gRPC exporter, measured beside the
+# reference exporter on this machine class: the lean start-up's goal, above `python -c pass`.
+NODE_STARTUP_S: Final = 0.14
+# The milestones (and the fold behind them) must cost under a tenth of the export itself.
+PROGRESS_TARGET: Final = 1.10
+
+
+def _run(argv: Sequence[str]) -> Callable[[], None]:
+    def once() -> None:
+        done = subprocess.run(argv, capture_output=True, check=False, timeout=600)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv[3:])} exited {done.returncode}: {done.stderr[-800:]!r}")
+
+    return once
+
+
+def _export(stream: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-c", _CLI, "export", str(stream), "--no-tree", *extra]
+
+
+def bench_startup(rounds: int) -> list[Figure]:
+    """A tiny stream exported over OTLP/gRPC by a fresh process, against ``python -c pass``."""
+    with GrpcTraceReceiver() as receiver:
+        cases = {
+            "pass": _run([sys.executable, "-c", "pass"]),
+            "export": _run(_export(TINY_STREAM, "--endpoint", receiver.endpoint, "--protocol", "grpc")),
+            "help": _run([sys.executable, "-c", _CLI, "export", "--help"]),
+        }
+        timings = interleaved(cases, rounds)
+    base = timings.median("pass")
+    events = sum(1 for line in TINY_STREAM.read_bytes().splitlines() if line.strip())
+    figures: list[Figure] = []
+    for case, what in (
+        ("export", f"export {TINY_STREAM.name} ({events} events) -> OTLP/gRPC"),
+        ("help", "export --help"),
+    ):
+        overhead = timings.median(case) - base
+        figures.append(
+            Figure(
+                "start-up",
+                f"rulvar-otel {what}, whole process",
+                f"{timings.median(case) * 1e3:8.1f} ms wall",
+                f"python -c pass {base * 1e3:6.1f} ms",
+                timings.ratio(case, "pass"),
+                f"<= {NODE_STARTUP_S * 1e3:.0f} ms above baseline (Node)" if case == "export" else "",
+                overhead <= NODE_STARTUP_S if case == "export" else None,
+                [f"{overhead * 1e3:.0f} ms above python -c pass"],
+            )
+        )
+    return figures
+
+
+def bench_progress(stream: Path, rounds: int) -> list[Figure]:
+    """The export with progress to a pipe (auto: milestones; lines: every fact) against ``off``."""
+    with tempfile.TemporaryDirectory(prefix="rulvar-otel-bench-") as tmp:
+        out = str(Path(tmp) / "spans.otlp.jsonl")
+        cases = {
+            mode: _run(_export(stream, "--out", out, "--progress", mode)) for mode in ("off", "auto", "lines")
+        }
+        timings = interleaved(cases, rounds)
+    base = timings.median("off")
+    figures: list[Figure] = []
+    for mode in ("auto", "lines"):
+        ratio = timings.ratio(mode, "off")
+        figures.append(
+            Figure(
+                "progress",
+                f"export {stream.name} --progress {mode}, stderr a pipe",
+                f"{timings.median(mode) * 1e3:8.1f} ms wall",
+                f"--progress off {base * 1e3:8.1f} ms",
+                ratio,
+                f"<= {PROGRESS_TARGET} x off" if mode == "auto" else "",
+                ratio <= PROGRESS_TARGET if mode == "auto" else None,
+            )
+        )
+    return figures
