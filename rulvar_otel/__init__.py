@@ -16,6 +16,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from rulvar_otel._version import __version__
 from rulvar_otel.errors import (
     AdapterError,
     AgentFailedError,

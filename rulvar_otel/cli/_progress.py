@@ -25,8 +25,7 @@ from rich.live import Live
 from rich.text import Text
 
 from rulvar_otel.cli._text import PROGRESS_MODES
-from rulvar_otel.core.events import as_wire
-from rulvar_otel.core.handle import RunOutcome
+from rulvar_otel.core.handle import RunOutcome, as_wire
 from rulvar_otel.core.masking import SecretMasker, default_masker
 from rulvar_otel.core.progress import (
     AgentRow,

@@ -13,8 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 from rulvar_otel.core.drain import FoldSink
-from rulvar_otel.core.events import as_wire
-from rulvar_otel.core.handle import EventLike
+from rulvar_otel.core.handle import EventLike, as_wire
 from rulvar_otel.core.wire import ts_ns
 
 __all__ = ["FoldOutput", "reduce_events", "ts_ms"]

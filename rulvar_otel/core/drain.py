@@ -18,8 +18,9 @@ from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
-from rulvar_otel.core.events import EventModel, as_wire
-from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome, outcome_from_run_end
+from pydantic import BaseModel
+
+from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome, as_wire, outcome_from_run_end
 
 __all__ = ["Drained", "FanOut", "FoldSink", "Sink", "drain", "drain_events"]
 
@@ -124,7 +125,7 @@ def _snapshot(event: EventLike) -> Mapping[str, Any]:
     if type(event) is dict:  # parsed JSON: skip the Mapping ABC check on the hot path
         return event.copy()
     wire = as_wire(event)
-    return wire if isinstance(event, EventModel) else dict(wire)
+    return wire if isinstance(event, BaseModel) else dict(wire)  # a model's dump is already a copy
 
 
 def _finish(sink: Sink, outcome: RunOutcome | BaseException) -> None:

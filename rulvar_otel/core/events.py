@@ -134,15 +134,12 @@ __all__ = [
     "VerifyFailed",
     "WireError",
     "WorkflowEvent",
-    "EventLike",
-    "as_wire",
     "event_to_wire",
     "parse_event",
     "parse_ts_ns",
 ]
 
 # An event in either form a consumer meets: a typed model, or its wire-form mapping.
-EventLike: TypeAlias = EventModel | Mapping[str, Any]
 
 _UNKNOWN_TAG: Final = "\x00unknown"
 
@@ -247,16 +244,6 @@ def _describe(value: Mapping[str, Any], exc: ValidationError) -> str:
         loc = [str(p) for p in err["loc"] if str(p) != kind and str(p) != _UNKNOWN_TAG]
         parts.append(f"{'.'.join(loc) or '<event>'}: {err['msg']}")
     return f"invalid {kind!r} event: " + "; ".join(parts)
-
-
-def as_wire(event: EventLike) -> Mapping[str, Any]:
-    """The wire-form mapping of either event form (a mapping is returned as it is).
-
-    Anything else has no wire form: an empty mapping, which every consumer skips.
-    """
-    if type(event) is dict or isinstance(event, Mapping):
-        return event
-    return event_to_wire(event) if isinstance(event, EventModel) else {}
 
 
 def event_to_wire(event: EventModel | Mapping[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EventLike",
+    "as_wire",
     "RecordedRunHandle",
     "RunHandle",
     "RunOutcome",
@@ -79,6 +80,16 @@ def event_field(event: EventLike, wire_name: str) -> Any:
     if wire_name == "runId":
         return event.run_id
     return _to_wire(event).get(wire_name)
+
+
+def as_wire(event: EventLike) -> Mapping[str, Any]:
+    """The wire-form mapping of either event form (a mapping is returned as it is).
+
+    Anything else has no wire form: an empty mapping, which every consumer skips.
+    """
+    if type(event) is dict or isinstance(event, Mapping):
+        return event
+    return _to_wire(event) if isinstance(event, BaseModel) else {}
 
 
 def _to_wire(event: EventModel) -> dict[str, Any]:

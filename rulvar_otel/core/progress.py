@@ -26,8 +26,7 @@ from rulvar_otel.core._progress_rows import (
     format_tokens,
     format_usd,
 )
-from rulvar_otel.core.events import as_wire
-from rulvar_otel.core.handle import EventLike, RunOutcome
+from rulvar_otel.core.handle import EventLike, RunOutcome, as_wire
 from rulvar_otel.core.lifecycle import AgentLifecycle
 from rulvar_otel.core.masking import SecretMasker, default_masker
 from rulvar_otel.core.wire import as_int, as_number, as_str, ts_ns

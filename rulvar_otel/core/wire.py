@@ -1,7 +1,7 @@
 """The wire vocabulary's leaf: envelope field names, and the typed readers every fold uses.
 
 Events travel as typed models or as wire-form mappings (camelCase JSON, as recorded); every
-consumer reads the wire form (``rulvar_otel.core.events.as_wire`` turns either form into one).
+consumer reads the wire form (``rulvar_otel.core.handle.as_wire`` turns either form into one).
 :func:`ts_ns` reads an envelope ``ts``, and :func:`as_str`, :func:`as_int` and :func:`as_number`
 read a field's value only when it has the type the catalog gives it (``None`` otherwise, never an
 exception).

@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.context import Context
 
-from rulvar_otel.core.events import as_wire
-from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome
+from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome, as_wire
 from rulvar_otel.core.masking import compile_secret_masker
 from rulvar_otel.errors import ConfigError, RulvarOtelError
 from rulvar_otel.export._direct_pipeline import direct_pipeline

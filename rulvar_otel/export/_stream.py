@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from rulvar_otel.core.events import as_wire
-from rulvar_otel.core.handle import EventLike, RunOutcome, event_field, outcome_from_run_end
+from rulvar_otel.core.handle import EventLike, RunOutcome, as_wire, event_field, outcome_from_run_end
 from rulvar_otel.errors import SourceError
 
 __all__ = ["StreamedRun"]

@@ -10,7 +10,6 @@ carries may raise out of ``feed``: a failure on one event is counted and the str
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any, Final
@@ -24,11 +23,11 @@ from rulvar_otel.core.lifecycle import AgentLifecycle
 from rulvar_otel.core.masking import SecretMasker
 from rulvar_otel.otel import _attributes as ax
 from rulvar_otel.otel import semconv as sc
-from rulvar_otel.otel._attributes import INT64_MAX, INT64_MIN
 from rulvar_otel.otel._clock import EventClock, export_time_ns, held_copy
 from rulvar_otel.otel._end_inference import end_at_suspension, end_unclosed, mark_segment_leftovers
 from rulvar_otel.otel._mapper_helpers import (
     MaskMemo,
+    envelope_attributes,
     hashable,
     ignore_event,
     reads_identity,
@@ -51,6 +50,7 @@ from rulvar_otel.otel._span_state import (
     end_span,
     expand_context,
 )
+from rulvar_otel.otel._tool_pairing import ToolPairing, tool_keys
 from rulvar_otel.otel.ids import SPAN_IDENTITY
 
 __all__ = ["SpanMapper"]
@@ -97,8 +97,7 @@ class SpanMapper:
         # Agent spans pair through the one lifecycle every consumer shares; the payload is the span.
         self._agents: AgentLifecycle[MappedSpan] = AgentLifecycle()
         self._invocations: dict[tuple[str, object], MappedSpan] = {}
-        self._tools_by_id: dict[tuple[str, str], MappedSpan] = {}
-        self._tool_fifo: dict[tuple[str, str], deque[MappedSpan]] = {}
+        self._tools = ToolPairing()
         self._open: list[MappedSpan] = []  # start order; ended entries are popped lazily from the top
         # Still-open spans inside a closed scope: they host no more events, but must still be ended.
         self._stranded: list[MappedSpan] = []
@@ -116,7 +115,6 @@ class SpanMapper:
         self._ts_cache = self._clock.cache
         self._segment_last_ns = 0
         self._untimed: list[Mapping[str, Any]] = []  # events before the first usable ts
-        self._tool_ordinal = 0
         self.span_count = 0
         self.event_count = 0
         self.failed_events = 0
@@ -253,31 +251,7 @@ class SpanMapper:
         attributes: dict[str, ax.AttrValue],
     ) -> MappedSpan:
         run_id = self._masked_run_id
-        seq = event.get("seq")
-        scope = event.get("scope")
-        replayed = event.get("replayed") is True
-        attrs: dict[str, ax.AttrValue]
-        if (
-            run_id is not None
-            and type(seq) is int
-            and INT64_MIN <= seq <= INT64_MAX
-            and not replayed
-            and scope is None
-        ):
-            # The usual envelope and the kind's attributes in one dict display, same key order.
-            attrs = {sc.RUN_ID: run_id, sc.ENTRY_SEQ: seq, **attributes}
-        else:
-            attrs = {}
-            if run_id is not None:
-                attrs[sc.RUN_ID] = run_id
-            if type(seq) is float or (type(seq) is int and INT64_MIN <= seq <= INT64_MAX):
-                attrs[sc.ENTRY_SEQ] = seq
-            if isinstance(scope, str):
-                attrs[sc.SCOPE] = self._mask(scope)
-            if replayed:
-                attrs[sc.REPLAYED] = True
-            if attributes:
-                attrs.update(attributes)
+        attrs = envelope_attributes(run_id, event, attributes, self._mask)
         if kind in (AGENT, RUN) and run_id is not None:
             attrs[sc.GEN_AI_CONVERSATION_ID] = run_id
         if self._openinference:
@@ -601,56 +575,25 @@ class SpanMapper:
         self._invocations[key] = ENDED_INVOCATION
 
     def _on_tool_start(self, event: Mapping[str, Any], ns: int) -> None:
-        span_id = event.get("spanId")
-        owner_key = span_id if isinstance(span_id, str) else ""
-        call_id = event.get("toolCallId")
-        id_key = (owner_key, call_id) if isinstance(call_id, str) else None
+        owner_key, id_key = tool_keys(event)
         if id_key is not None:
-            existing = self._tools_by_id.get(id_key)
+            existing = self._tools.by_id(id_key)
             if existing is not None and self._is_open(existing) and event.get("replayed") is True:
                 if existing.span is not None:
                     existing.span.set_attribute(sc.REPLAYED, True)
                 return
         attrs = ax.tool_open_attributes(event, self._mask)
-        parent = self._owner(span_id, event, attrs)
+        parent = self._owner(event.get("spanId"), event, attrs)
         tool_name = attrs[sc.TOOL_NAME]  # already masked by tool_open_attributes
-        if id_key is not None:
-            identity = f"tool:{owner_key}:{call_id}" if self._identity else ""
-        else:
-            self._tool_ordinal += 1
-            identity = f"tool:{owner_key}:#{self._tool_ordinal}"
+        identity = self._tools.identity(owner_key, id_key, self._identity)
         rec = self._start(TOOL, ax.tool_span_name(tool_name, self._mask), event, ns, parent, identity, attrs)
-        if id_key is not None:
-            self._tools_by_id[id_key] = rec
-        else:
-            raw_name = event.get("toolName")
-            fifo_key = (owner_key, raw_name if isinstance(raw_name, str) else "")
-            self._tool_fifo.setdefault(fifo_key, deque()).append(rec)
+        self._tools.opened(rec, event)
 
     def _on_tool_end(self, event: Mapping[str, Any], ns: int) -> None:
-        span_id = event.get("spanId")
-        owner_key = span_id if isinstance(span_id, str) else ""
-        call_id = event.get("toolCallId")
-        rec: MappedSpan | None = None
-        if isinstance(call_id, str):
-            rec = self._tools_by_id.pop((owner_key, call_id), None)
-            if rec is not None and (rec.ended or rec.pending_end is not None):
-                rec = None
-        if rec is None:
-            raw_name = event.get("toolName")
-            queue = self._tool_fifo.get((owner_key, raw_name if isinstance(raw_name, str) else ""))
-            while queue:
-                candidate = queue.popleft()
-                if self._is_open(candidate):
-                    rec = candidate
-                    break
+        rec = self._tools.closing(event, self._is_open)
         if rec is None:
             self._attach_event(event, ns, "tool:end")
             return
         self._close(
-            rec,
-            ns,
-            ax.tool_close_attributes(event, self._mask),
-            ax.closer_status(event),
-            error_source=event,
+            rec, ns, ax.tool_close_attributes(event, self._mask), ax.closer_status(event), error_source=event
         )

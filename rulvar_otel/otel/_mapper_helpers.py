@@ -11,7 +11,11 @@ from typing import Any, Final
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import NoOpTracer, Tracer
 
+from rulvar_otel.otel import semconv as sc
+from rulvar_otel.otel._attributes import INT64_MAX, INT64_MIN, AttrValue
+
 __all__ = [
+    "envelope_attributes",
     "SETTLEMENT_FAILED_MESSAGE",
     "SUPERSEDED_MESSAGE",
     "MaskMemo",
@@ -73,3 +77,33 @@ def hashable(value: object) -> object:
 
 def ignore_event(event: Mapping[str, Any], ns: int) -> None:
     """Stream deltas are content: they never become span events."""
+
+
+def envelope_attributes(
+    run_id: str | None, event: Mapping[str, Any], attributes: dict[str, AttrValue], mask: Callable[[str], str]
+) -> dict[str, AttrValue]:
+    """A new span's envelope attributes (run id, entry seq, scope, replayed), then its kind's."""
+    seq = event.get("seq")
+    scope = event.get("scope")
+    replayed = event.get("replayed") is True
+    if (
+        run_id is not None
+        and type(seq) is int
+        and INT64_MIN <= seq <= INT64_MAX
+        and not replayed
+        and scope is None
+    ):
+        # The usual envelope and the kind's attributes in one dict display, same key order.
+        return {sc.RUN_ID: run_id, sc.ENTRY_SEQ: seq, **attributes}
+    attrs: dict[str, AttrValue] = {}
+    if run_id is not None:
+        attrs[sc.RUN_ID] = run_id
+    if type(seq) is float or (type(seq) is int and INT64_MIN <= seq <= INT64_MAX):
+        attrs[sc.ENTRY_SEQ] = seq
+    if isinstance(scope, str):
+        attrs[sc.SCOPE] = mask(scope)
+    if replayed:
+        attrs[sc.REPLAYED] = True
+    if attributes:
+        attrs.update(attributes)
+    return attrs

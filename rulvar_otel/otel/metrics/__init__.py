@@ -25,8 +25,7 @@ from opentelemetry.metrics import Observation as GaugeObservation
 from opentelemetry.trace import NonRecordingSpan, SpanContext
 
 from rulvar_otel.core.drain import drain
-from rulvar_otel.core.events import as_wire
-from rulvar_otel.core.handle import RunHandle, RunOutcome
+from rulvar_otel.core.handle import RunHandle, RunOutcome, as_wire
 
 if TYPE_CHECKING:
     from rulvar_otel.core.events import EventModel

@@ -31,14 +31,9 @@ from rulvar_otel.otel.metrics._folds import (
     fold_agent_invocations,
     fold_determinism,
     fold_escalations,
-    fold_execute_tool_duration,
     fold_exposure_waits,
     fold_invocation_duration,
     fold_invocation_tokens,
-    fold_invoke_agent_duration,
-    fold_invoke_agent_inference_calls,
-    fold_invoke_agent_tool_calls,
-    fold_invoke_workflow_duration,
     fold_ledger_ops,
     fold_ledger_ops_per_spawn,
     fold_net_lost,
@@ -54,6 +49,13 @@ from rulvar_otel.otel.metrics._folds import (
     fold_spend,
     fold_tool_calls,
     fold_tool_duration,
+)
+from rulvar_otel.otel.metrics._folds_genai import (
+    fold_execute_tool_duration,
+    fold_invoke_agent_duration,
+    fold_invoke_agent_inference_calls,
+    fold_invoke_agent_tool_calls,
+    fold_invoke_workflow_duration,
 )
 
 __all__ = [

@@ -1,0 +1,73 @@
+"""How a tool span's end finds its start: by ``toolCallId`` when the events carry one, else the
+oldest open start of the same tool under the same owner (first in, first out).
+
+:class:`ToolPairing` holds the two indexes and the ordinal that names id-less tool spans; the
+span state machine (``_mapper``) asks it and never reads the indexes itself.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rulvar_otel.otel._span_state import MappedSpan
+
+__all__ = ["ToolPairing", "tool_keys"]
+
+
+def tool_keys(event: Mapping[str, Any]) -> tuple[str, tuple[str, str] | None]:
+    """``(owner key, (owner, toolCallId) or None)`` of a tool event."""
+    span_id = event.get("spanId")
+    owner_key = span_id if isinstance(span_id, str) else ""
+    call_id = event.get("toolCallId")
+    return owner_key, ((owner_key, call_id) if isinstance(call_id, str) else None)
+
+
+def _fifo_key(owner_key: str, event: Mapping[str, Any]) -> tuple[str, str]:
+    raw_name = event.get("toolName")
+    return owner_key, raw_name if isinstance(raw_name, str) else ""
+
+
+class ToolPairing:
+    """The open tool spans, by call id and by (owner, tool name) in start order."""
+
+    __slots__ = ("_by_id", "_fifo", "_ordinal")
+
+    def __init__(self) -> None:
+        self._by_id: dict[tuple[str, str], MappedSpan] = {}
+        self._fifo: dict[tuple[str, str], deque[MappedSpan]] = {}
+        self._ordinal = 0
+
+    def by_id(self, id_key: tuple[str, str]) -> MappedSpan | None:
+        return self._by_id.get(id_key)
+
+    def identity(self, owner_key: str, id_key: tuple[str, str] | None, with_ids: bool) -> str:
+        """The deterministic-id identity of a new tool span (id-less spans are numbered)."""
+        if id_key is not None:
+            return f"tool:{owner_key}:{id_key[1]}" if with_ids else ""
+        self._ordinal += 1
+        return f"tool:{owner_key}:#{self._ordinal}"
+
+    def opened(self, rec: MappedSpan, event: Mapping[str, Any]) -> None:
+        owner_key, id_key = tool_keys(event)
+        if id_key is not None:
+            self._by_id[id_key] = rec
+        else:
+            self._fifo.setdefault(_fifo_key(owner_key, event), deque()).append(rec)
+
+    def closing(self, event: Mapping[str, Any], is_open: Callable[[MappedSpan], bool]) -> MappedSpan | None:
+        """The open span a ``tool:end`` closes, taken out of the indexes (None: an orphan end)."""
+        owner_key, id_key = tool_keys(event)
+        rec: MappedSpan | None = None
+        if id_key is not None:
+            rec = self._by_id.pop(id_key, None)
+            if rec is not None and (rec.ended or rec.pending_end is not None):
+                rec = None
+        if rec is None:
+            queue = self._fifo.get(_fifo_key(owner_key, event))
+            while queue:
+                candidate = queue.popleft()
+                if is_open(candidate):
+                    return candidate
+        return rec
