@@ -13,9 +13,9 @@ stays free of OpenTelemetry, network and terminal libraries, and of the event mo
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from rulvar_otel._lazy import lazy_facade
 from rulvar_otel._version import __version__
 from rulvar_otel.errors import (
     AdapterError,
@@ -92,19 +92,6 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rulvar_otel' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
-
-
 __all__ = [
     "AdapterError",
     "AgentFailedError",
@@ -150,3 +137,5 @@ __all__ = [
     "record_metrics",
     "to_otel",
 ]
+
+__getattr__, __dir__ = lazy_facade(__name__, _LAZY, globals(), __all__)

@@ -53,7 +53,7 @@ def test_anything_in_the_way_is_named_and_nothing_is_written(tmp_path: Path, kin
     directory, obstacle = _in_the_way(kind, tmp_path)
     before = _tree(tmp_path)
     code, out, err = run_cli("assets", "write", str(directory), *(["--force"] if force else []))
-    assert code == 2
+    assert code == 3  # the asset-conflict exit code (docs/cli.md)
     assert f"{obstacle} is in the way" in err
     assert "wrote nothing: 1 path in the way" in err
     assert "wrote " not in out
@@ -66,7 +66,7 @@ def test_every_obstacle_is_named_at_once(tmp_path: Path) -> None:
     (directory / "dashboards").write_text("a file\n")
     (directory / "collector_config").write_text("a file\n")
     code, _, err = run_cli("assets", "write", str(directory))
-    assert code == 2
+    assert code == 3
     assert f"{directory / 'dashboards'} is in the way" in err
     assert f"{directory / 'collector_config'} is in the way" in err
     assert "wrote nothing: 2 paths in the way" in err

@@ -34,12 +34,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel.metrics.registry import ENGINE_METRICS, prometheus_label
 from tests._support import (
+    COLLECTOR,
     ENGINE,
     dashboards,
     event_tokens,
     free_port,
     panel_queries,
     panels_fed_by,
+    query_source,
     require_tool,
     rulvar_otel_command,
     run_demo_with_meter,
@@ -278,3 +280,18 @@ def test_request_duration_panel_shows_the_quantiles_of_the_served_buckets(demo: 
     timed = (TIMED_MODEL, "chat")
     assert 0.04 < _by(p50, MODEL, OPERATION)[timed] <= 0.16
     assert _by(p95, MODEL, OPERATION)[timed] > 0.32
+
+
+def test_one_demo_gives_every_orchestration_panel_a_non_zero_value(demo: DemoRun) -> None:
+    # The demo's orchestrated phase (spawns, a rejection, ledger writes, wakes, an escalation, an
+    # abandoned and reclaimed branch) feeds the whole orchestration dashboard by itself.
+    assert demo.exit_code == 0, demo.output
+    queries = panel_queries(dashboards()["rulvar-orchestration"])
+    assert len({title for title, _ in queries}) >= 7
+    empty: list[str] = []
+    for title, expr in queries:
+        assert query_source(expr) != COLLECTOR, f"{title}: an orchestration panel reads spanmetrics"
+        values = list(demo.query(runnable(expr, WINDOW)).values())
+        if not any(math.isfinite(v) and v != 0 for v in values):
+            empty.append(f"{title}: {expr} -> {values}")
+    assert not empty, "orchestration panels without a non-zero value after one demo:\n" + "\n".join(empty)

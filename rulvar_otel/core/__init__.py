@@ -5,8 +5,9 @@ Every name loads on first use, so a wire-form path (a recorded stream to OTLP) n
 the event models it does not build.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rulvar_otel._lazy import lazy_facade
 
 if TYPE_CHECKING:
     from rulvar_otel.core.drain import Drained, FanOut, Sink, drain, drain_events
@@ -74,19 +75,6 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rulvar_otel.core' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
-
-
 __all__ = [
     "DEFAULT_SECRET_PATTERNS",
     "Drained",
@@ -118,3 +106,5 @@ __all__ = [
     "parse_terminal_envelope",
     "sanitize_terminal_text",
 ]
+
+__getattr__, __dir__ = lazy_facade(__name__, _LAZY, globals(), __all__)

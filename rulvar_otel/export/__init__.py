@@ -26,8 +26,9 @@ Each name loads on first use: a traces-only export imports no metrics SDK and no
 exporter.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rulvar_otel._lazy import lazy_facade
 
 if TYPE_CHECKING:
     from rulvar_otel.export._metrics import (
@@ -115,19 +116,6 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rulvar_otel.export' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
-
-
 __all__ = [
     "DEFAULT_EXPORT_TIMEOUT_S",
     "DEFAULT_MAX_QUEUE_SIZE",
@@ -168,3 +156,5 @@ __all__ = [
     "sdk_pipeline",
     "spans_to_otlp_json",
 ]
+
+__getattr__, __dir__ = lazy_facade(__name__, _LAZY, globals(), __all__)

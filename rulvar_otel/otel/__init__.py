@@ -9,8 +9,9 @@ Each name loads on first use: a command that needs one part (the direct mapper, 
 import the others (the SDK exporter, the metrics aggregator).
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rulvar_otel._lazy import lazy_facade
 
 if TYPE_CHECKING:
     from rulvar_otel.otel._mapper import SpanMapper
@@ -30,19 +31,6 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rulvar_otel.otel' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
-
-
 __all__ = [
     "DirectSpanSink",
     "MetricsAggregator",
@@ -52,3 +40,5 @@ __all__ = [
     "grpc_span_exporter",
     "to_otel",
 ]
+
+__getattr__, __dir__ = lazy_facade(__name__, _LAZY, globals(), __all__)
