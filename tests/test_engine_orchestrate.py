@@ -14,9 +14,7 @@ from rulvar_otel.engine._orchestrate.plan import Plan, PlanNode
 from rulvar_otel.engine.demo import build_demo
 from rulvar_otel.otel import semconv as sc
 from rulvar_otel.testing import metric_points
-from tests._support import TickClock, export, settle
-from tests._support._metric_streams import feed
-from tests._support._orchestrate import adaptive, of_type, orchestrated, replayed
+from tests._support import TickClock, adaptive, export, feed, of_type, orchestrated, replayed, settle
 
 N1, N2 = "orch#0.n1", "orch#0.n2"
 WAIT = {"timeout_s": 0.3}  # a hanging child never lands: the wake is bounded

@@ -142,6 +142,7 @@ from tests._support._openai_server import (
     make_openai_engine,
     weather,
 )
+from tests._support._orchestrate import Orchestrated, adaptive, of_type, orchestrated, replayed
 from tests._support._promql import assert_reads_only_the_registry, promql_references, registry_series_labels
 from tests._support._receivers import (
     GrpcMetricsReceiver,
@@ -191,6 +192,11 @@ from tests._support._sse_server import (
 )
 
 __all__ = [
+    "Orchestrated",
+    "adaptive",
+    "of_type",
+    "orchestrated",
+    "replayed",
     "CREDENTIALS",
     "MARK",
     "Credential",
