@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rulvar_otel.core import events as ce
 from rulvar_otel.engine._orchestrate import events as ev
 from rulvar_otel.engine._orchestrate.admission import Donor
 from rulvar_otel.engine._orchestrate.plan import NodeState, PlanNode
@@ -47,7 +48,7 @@ def land(orch: Orchestration, entry: JournalEntry, child: Child, data: dict[str,
         state = NodeState.FAILED
         ev.emit(
             orch,
-            ev.VerifyFailed,
+            ce.VerifyFailed,
             entry_ref=entry.seq,
             logical_task_id=node.logical_task_id,
             rung=0,
@@ -60,13 +61,13 @@ def land(orch: Orchestration, entry: JournalEntry, child: Child, data: dict[str,
     else:
         streak = orch.stall.get(node.logical_task_id, 0) + 1
         orch.stall[node.logical_task_id] = streak
-        ev.emit(orch, ev.StallDetected, logical_task_id=node.logical_task_id, stall_streak=streak)
+        ev.emit(orch, ce.StallDetected, logical_task_id=node.logical_task_id, stall_streak=streak)
     escalation = data.get("escalation")
     if state == NodeState.ESCALATED and isinstance(escalation, dict):
         orch.escalations[node.node_id] = {"ref": entry.seq, "kind": escalation["kind"], "decided": False}
         ev.emit(
             orch,
-            ev.EscalationRaised,
+            ce.EscalationRaised,
             entry_ref=entry.seq,
             kind=escalation["kind"],
             logical_task_id=node.logical_task_id,

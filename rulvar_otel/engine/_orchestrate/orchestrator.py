@@ -14,6 +14,7 @@ import asyncio
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from rulvar_otel.core import events as ce
 from rulvar_otel.core.events import SpawnAdmitted, SpawnRejected
 from rulvar_otel.engine import determinism
 from rulvar_otel.engine._orchestrate import events as ev
@@ -186,7 +187,7 @@ class Orchestration:
         elif op == "ledger":
             if data.get("reason") is None:
                 self.ledger.apply(str(data["ledgerOp"]), data["args"])
-                ev.emit(self, ev.LedgerOp, entry_ref=entry.seq, op=data["ledgerOp"])
+                ev.emit(self, ce.LedgerOp, entry_ref=entry.seq, op=data["ledgerOp"])
         elif op == "wait":
             self.wait_ref = entry.seq
             if self.replaying:
@@ -199,7 +200,7 @@ class Orchestration:
             self.frozen = True
             ev.emit(
                 self,
-                ev.OrchestratorBudget,
+                ce.OrchestratorBudget,
                 at_cap=True,
                 spent_usd=data["spentUsd"],
                 cap_usd=data["capUsd"],
@@ -327,7 +328,7 @@ class Orchestration:
             if admission.code == "oscillation":
                 ev.emit(
                     self,
-                    ev.GuardOscillation,
+                    ce.GuardOscillation,
                     spawn_key_hash=key_hash(node.key),
                     oscillation_count=admission.oscillation,
                     limit=self.options.limits.max_oscillations_per_key,
@@ -364,7 +365,7 @@ class Orchestration:
             self.results[node.node_id] = donor.value
             ev.emit(
                 self,
-                ev.NodeLinked,
+                ce.NodeLinked,
                 node_id=node.node_id,
                 logical_task_id=node.logical_task_id,
                 donor_ref=donor.entry_ref,
@@ -493,11 +494,11 @@ class Orchestration:
         self.digest_seq = int(data["digestSeq"])
         self.facts.wakes += 1
         self.pending_digest = str(data.get("text") or "")
-        ev.emit(self, ev.OrchestratorBudget, **data["budget"])
-        ev.emit(self, ev.ResolutionApplied, target_ref=self.wait_ref, entry_ref=entry.seq, by=data["trigger"])
+        ev.emit(self, ce.OrchestratorBudget, **data["budget"])
+        ev.emit(self, ce.ResolutionApplied, target_ref=self.wait_ref, entry_ref=entry.seq, by=data["trigger"])
         ev.emit(
             self,
-            ev.OrchestratorWoke,
+            ce.OrchestratorWoke,
             digest_seq=self.digest_seq,
             plan_hash=data["planHash"],
             covers_to_ordinal=data["coversToOrdinal"],
@@ -536,13 +537,13 @@ class Orchestration:
             if node.state == NodeState.RUNNING:
                 node.state = NodeState.CANCELLED
                 abandon(self, node, child, entry_ref=child.entry_ref)
-                ev.emit(self, ev.NodeCancelled, node_id=node.node_id, logical_task_id=node.logical_task_id)
+                ev.emit(self, ce.NodeCancelled, node_id=node.node_id, logical_task_id=node.logical_task_id)
         self.inbox.clear()
         counts = self.plan.counts()
         self.facts.forced_finish = self.facts.forced_finish or bool(data.get("forced"))
         ev.emit(
             self,
-            ev.OrchestratorAcceptance,
+            ce.OrchestratorAcceptance,
             verdict=data["verdict"],
             completion=data["completion"],
             child_status_counts=counts,

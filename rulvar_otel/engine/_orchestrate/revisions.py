@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rulvar_otel.core import events as ce
 from rulvar_otel.engine._orchestrate import events as ev
 from rulvar_otel.engine._orchestrate.landing import abandon
 from rulvar_otel.engine._orchestrate.plan import NodeState, OpOutcome, PlanNode
@@ -78,7 +79,7 @@ def apply_revision(orch: Orchestration, entry: JournalEntry) -> None:
                 esc = orch.escalations[outcome.node_id]
                 ev.emit(
                     orch,
-                    ev.ResolutionSuperseded,
+                    ce.ResolutionSuperseded,
                     target_ref=esc["ref"],
                     entry_ref=entry.seq,
                     superseded_by=esc["decidedRef"],
@@ -92,7 +93,7 @@ def apply_revision(orch: Orchestration, entry: JournalEntry) -> None:
     orch.dropped_streak = int(data["droppedStreak"])
     ev.emit(
         orch,
-        ev.PlanRevised,
+        ce.PlanRevised,
         entry_ref=entry.seq,
         plan_hash=orch.plan.hash,
         applied=applied,
@@ -102,7 +103,7 @@ def apply_revision(orch: Orchestration, entry: JournalEntry) -> None:
     phi = orch.revision_units + orch.gate.spawn_units - orch.gate.admitted
     ev.emit(
         orch,
-        ev.TerminationDebit,
+        ce.TerminationDebit,
         entry_ref=entry.seq,
         counter="revisionUnits",
         remaining=orch.revision_units,
@@ -114,7 +115,7 @@ def apply_revision(orch: Orchestration, entry: JournalEntry) -> None:
     elif orch.dropped_streak >= orch.options.dropped_revision_limit:
         tripped = ("droppedRevisions", "streak_limit")
     if tripped is not None:
-        ev.emit(orch, ev.TerminationDenied, entry_ref=entry.seq, counter=tripped[0], code=tripped[1])
+        ev.emit(orch, ce.TerminationDenied, entry_ref=entry.seq, counter=tripped[0], code=tripped[1])
         orch.frozen = True
         orch.must_finish = True
         if orch.options.fallback == "fail-run":
@@ -143,7 +144,7 @@ def _apply_op(orch: Orchestration, entry: JournalEntry, outcome: OpOutcome, add:
         node.prompt = str(args["prompt"])
     elif op == "park":
         node.state = NodeState.PARKED
-        ev.emit(orch, ev.NodeParked, node_id=node.node_id, logical_task_id=node.logical_task_id)
+        ev.emit(orch, ce.NodeParked, node_id=node.node_id, logical_task_id=node.logical_task_id)
     elif op == "unpark":
         node.state = NodeState.PENDING
     elif op == "rewire":
@@ -173,7 +174,7 @@ def cancel_node(orch: Orchestration, node: PlanNode, entry_ref: int) -> None:
             abandon(orch, target, child, entry_ref=entry_ref)
         elif child is not None and target.node_id in orch.escalations:
             abandon(orch, target, child, entry_ref=entry_ref)
-        ev.emit(orch, ev.NodeCancelled, node_id=target.node_id, logical_task_id=target.logical_task_id)
+        ev.emit(orch, ce.NodeCancelled, node_id=target.node_id, logical_task_id=target.logical_task_id)
 
 
 def _resolve(orch: Orchestration, entry: JournalEntry, node: PlanNode, decision: str, args: Any) -> None:
@@ -182,13 +183,13 @@ def _resolve(orch: Orchestration, entry: JournalEntry, node: PlanNode, decision:
     esc["decidedRef"] = entry.seq
     ev.emit(
         orch,
-        ev.EscalationDecided,
+        ce.EscalationDecided,
         entry_ref=entry.seq,
         decision=decision,
         by="orchestrator",
         counts_against_limit=esc["kind"] == "scope_bigger",
     )
-    ev.emit(orch, ev.ResolutionApplied, target_ref=esc["ref"], entry_ref=entry.seq, by="orchestrator")
+    ev.emit(orch, ce.ResolutionApplied, target_ref=esc["ref"], entry_ref=entry.seq, by="orchestrator")
     if decision == "accept":
         node.state = NodeState.DONE
     elif decision == "cancel":
