@@ -163,7 +163,7 @@ def test_prometheus_port_0_prints_the_port_it_bound_and_lingers_for_a_scrape(tmp
         _, err = process.communicate(timeout=30)
     finally:
         process.kill()
-    assert process.returncode in (0, 130), err
+    assert process.returncode == 130, err  # the Ctrl-C is an interruption of the export
     assert "Traceback" not in err
 
 

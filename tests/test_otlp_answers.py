@@ -208,7 +208,7 @@ def test_one_ctrl_c_ends_an_export_stuck_on_a_stalled_receiver(protocol: str, pi
             process.kill()
     # The export timeout is 60 s: only the interrupt (a 2 s grace, then the cut) ends it this soon.
     assert took < 10, (took, err)
-    assert process.returncode in (1, 130), err
+    assert process.returncode == 130, err  # interrupted, though spans were lost
     assert "spans were not delivered" in err and "interrupted" in err
     assert "Traceback" not in err
 
@@ -265,6 +265,6 @@ def test_one_ctrl_c_ends_a_metrics_export_stuck_on_a_stalled_receiver(tmp_path: 
         finally:
             process.kill()
     assert took < 10, (took, err)
-    assert process.returncode == 1, err
+    assert process.returncode == 130, err  # interrupted, though metrics were lost
     assert "interrupted before the receiver answered" in err
     assert "Traceback" not in err

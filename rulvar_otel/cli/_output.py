@@ -31,10 +31,10 @@ def exit_code(report: ExportReport) -> int:
     """The command's exit code for ``report``."""
     if report.failed(FailureKind.CONFIG, FailureKind.INPUT):
         return EXIT_USAGE
+    if report.interrupted:  # even when the Ctrl-C cost spans: the user stopped it
+        return EXIT_INTERRUPTED
     if report.failed(FailureKind.DELIVERY, FailureKind.METRICS):
         return EXIT_EXPORT_FAILED
-    if report.interrupted:
-        return EXIT_INTERRUPTED
     return EXIT_OK
 
 

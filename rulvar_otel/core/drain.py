@@ -2,9 +2,10 @@
 
 A sink takes wire-form events one at a time (``feed``) and is finished once with how the run
 settled (``finish``). The span mapper, the metrics recorder, the reducers and the progress state
-are sinks. :func:`drain` (a live or recorded :class:`RunHandle`) and :func:`drain_events` (a
-recorded stream, synchronously) are the only places that read a source, turn the result into an
-outcome and survive a broken source; so every sink sees the same events and the same outcome.
+are sinks. :func:`drain` (a live or recorded :class:`RunHandle`), :func:`drain_run` (a recorded
+run, synchronously) and :func:`drain_events` (a plain stream, synchronously) share the one loop
+that reads a source, turns the result into an outcome, survives a broken source and meets Ctrl-C
+(:class:`Interrupts`); so every sink sees the same events and the same outcome.
 
 :class:`FanOut` feeds several sinks as one, the way the OTel SDK's multi span processor fans out:
 one failing sink never costs the others an event.
@@ -14,15 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import AsyncIterable, Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, Final, Generic, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel
 
 from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome, as_wire, outcome_from_run_end
+from rulvar_otel.core.run_source import SyncRunHandle, as_sync_handle
 
-__all__ = ["Drained", "FanOut", "FoldSink", "Sink", "drain", "drain_events"]
+__all__ = ["Drained", "FanOut", "FoldSink", "Interrupts", "Sink", "drain", "drain_events", "drain_run"]
 
 _log = logging.getLogger("rulvar_otel")
 
@@ -49,12 +51,14 @@ class Drained:
     without a given outcome it is read from the last ``run:end`` (see
     :func:`~rulvar_otel.core.handle.outcome_from_run_end`). ``source_error`` is the exception
     that ended the stream early, if one did: the sinks were finished all the same.
+    ``interrupted``: an interrupt the drain's :class:`Interrupts` absorbed ended the stream.
     """
 
     outcome: RunOutcome | BaseException
     events: int
     source_error: Exception | None = None
     last_run_end: Mapping[str, Any] | None = None
+    interrupted: bool = False
 
 
 class FanOut:
@@ -128,6 +132,104 @@ def _snapshot(event: EventLike) -> Mapping[str, Any]:
     return wire if isinstance(event, BaseModel) else dict(wire)  # a model's dump is already a copy
 
 
+class Interrupts:
+    """How a drain meets Ctrl-C or cancellation (``KeyboardInterrupt``, ``CancelledError``).
+
+    This base policy absorbs nothing: the sinks are finished with the stop as the outcome, so
+    what they had started ends unsettled, and it propagates. A subclass whose :meth:`absorb` takes a
+    stop ends the stream there instead: the drain does not wait for the run's result and reports
+    ``interrupted``. ``requested`` (set by a signal handler, say) ends the stream before the next
+    read; ``reading`` is true while the drain waits on a synchronous source.
+    """
+
+    __slots__ = ("reading", "requested")
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.reading = False
+
+    def absorb(self, stop: BaseException) -> bool:
+        """Whether ``stop`` ends the stream (True) or the drain (False: it is re-raised)."""
+        return False
+
+
+class _Pass:
+    """One drain: every event goes through :meth:`take`, whichever loop reads the source."""
+
+    __slots__ = ("count", "feeds", "interrupted", "interrupts", "last_run_end", "sinks", "source_error")
+
+    def __init__(self, sinks: tuple[Sink, ...], interrupts: Interrupts | None) -> None:
+        self.sinks = sinks
+        self.feeds = tuple(sink.feed for sink in sinks)  # bound once: this runs per event
+        self.interrupts = interrupts
+        self.count = 0
+        self.last_run_end: Mapping[str, Any] | None = None
+        self.source_error: Exception | None = None
+        self.interrupted = False
+
+    def take(self, event: EventLike) -> None:
+        wire = _snapshot(event)
+        self.count += 1
+        if wire.get("type") == "run:end":
+            self.last_run_end = wire
+        for feed in self.feeds:
+            try:
+                feed(wire)
+            except Exception:  # noqa: BLE001 - sinks never raise by contract; a bug costs one event
+                _log.debug("a sink failed on event %s", self.count, exc_info=True)
+
+    def read_sync(self, events: Iterator[EventLike]) -> None:
+        take, hook = self.take, self.interrupts
+        try:
+            if hook is None:
+                for event in events:
+                    take(event)
+                return
+            while not hook.requested:
+                hook.reading = True
+                item: object = next(events, _END)  # an interrupt raised here leaves ``reading`` set
+                hook.reading = False
+                if item is _END:
+                    return
+                take(item)  # type: ignore[arg-type]
+        except Exception as exc:  # noqa: BLE001 - a broken source ends the stream, not the host
+            self.broke(exc)
+
+    async def read_async(self, events: AsyncIterable[EventLike]) -> None:
+        take, hook = self.take, self.interrupts
+        try:
+            async for event in events:
+                take(event)
+                if hook is not None and hook.requested:
+                    return
+        except Exception as exc:  # noqa: BLE001
+            self.broke(exc)
+
+    def broke(self, exc: Exception) -> None:
+        self.source_error = exc
+        _log.warning("the event stream failed: %s", type(exc).__name__)
+
+    def stopped(self, stop: BaseException) -> None:
+        """An interrupt reached the drain: absorbed, or the sinks are finished and it re-raises."""
+        hook = self.interrupts
+        if hook is not None and hook.absorb(stop):
+            self.interrupted = True
+            return
+        for sink in self.sinks:
+            _finish(sink, stop)
+        raise stop
+
+    def done(self, outcome: RunOutcome | BaseException) -> Drained:
+        if self.interrupts is not None and self.interrupts.requested:
+            self.interrupted = True
+        for sink in self.sinks:
+            _finish(sink, outcome)
+        return Drained(outcome, self.count, self.source_error, self.last_run_end, self.interrupted)
+
+
+_END: Final = object()
+
+
 def _finish(sink: Sink, outcome: RunOutcome | BaseException) -> None:
     try:
         sink.finish(outcome)
@@ -135,79 +237,80 @@ def _finish(sink: Sink, outcome: RunOutcome | BaseException) -> None:
         _log.debug("%s failed to finish", type(sink).__name__, exc_info=True)
 
 
-async def drain(handle: RunHandle, *sinks: Sink) -> Drained:
+async def _result(handle: RunHandle) -> RunOutcome | BaseException:
+    try:
+        return await handle.result
+    except Exception as exc:  # noqa: BLE001 - a rejection is how the run settled
+        return exc
+
+
+async def drain(
+    handle: RunHandle,
+    *sinks: Sink,
+    interrupts: Interrupts | None = None,
+    settle_broken: bool = True,
+) -> Drained:
     """Feed every event of ``handle`` to ``sinks``, then finish them with the run's outcome.
 
     Never raises for a broken source or a rejecting result: the stream ends where the source
-    failed (``source_error``), and a rejection is the outcome the sinks are finished with.
+    failed (``source_error``), and a rejection is the outcome the sinks are finished with; with
+    ``settle_broken=False`` a broken stream's result is not awaited (the source error is the
+    outcome). A recorded run (:class:`~rulvar_otel.core.run_source.SyncRunHandle`) settles with
+    what it knows at the stream's end, and one over a plain iterable is read without awaiting.
     Cancelled (or interrupted) before the run settled, it finishes the sinks with the
-    ``CancelledError`` as the outcome, so what they had started ends unsettled, and re-raises it.
+    ``CancelledError`` as the outcome, so what they had started ends unsettled, and re-raises it,
+    unless ``interrupts`` absorbs it (see :class:`Interrupts`).
     """
-    try:
-        return await _drain(handle, sinks)
-    except _INTERRUPTS as stop:
-        for sink in sinks:
-            _finish(sink, stop)
-        raise
-
-
-async def _drain(handle: RunHandle, sinks: tuple[Sink, ...]) -> Drained:
-    feeds = tuple(sink.feed for sink in sinks)
-    count = 0
-    last_run_end: Mapping[str, Any] | None = None
-    source_error: Exception | None = None
-    try:
-        async for event in handle.events:
-            wire = _snapshot(event)
-            count += 1
-            if wire.get("type") == "run:end":
-                last_run_end = wire
-            for feed in feeds:
-                try:
-                    feed(wire)
-                except Exception:  # noqa: BLE001 - sinks never raise by contract; a bug costs one event
-                    _log.debug("a sink failed on event %s", count, exc_info=True)
-    except Exception as exc:  # noqa: BLE001 - a broken source ends the stream, not the host
-        source_error = exc
-        _log.warning("the event stream failed: %s", type(exc).__name__)
+    if as_sync_handle(handle) and handle.is_sync:
+        return drain_run(handle, *sinks, interrupts=interrupts)
+    run = _Pass(sinks, interrupts)
+    recorded = handle if as_sync_handle(handle) else None
     outcome: RunOutcome | BaseException
     try:
-        outcome = await handle.result
-    except Exception as exc:  # noqa: BLE001 - a rejection is how the run settled
-        outcome = exc
-    for sink in sinks:
-        _finish(sink, outcome)
-    return Drained(outcome, count, source_error, last_run_end)
+        await run.read_async(handle.events)
+        if recorded is not None:
+            outcome = recorded.outcome_now()
+        elif run.source_error is not None and not settle_broken:
+            outcome = run.source_error
+        else:
+            outcome = await _result(handle)
+    except _INTERRUPTS as stop:
+        run.stopped(stop)
+        outcome = recorded.outcome_now() if recorded is not None else stop
+    return run.done(outcome)
 
 
-def drain_events(events: Iterable[EventLike], *sinks: Sink, outcome: Outcome = None) -> Drained:
+def drain_run(handle: SyncRunHandle, *sinks: Sink, interrupts: Interrupts | None = None) -> Drained:
+    """:func:`drain` for a recorded run over a plain iterable, without an event loop.
+
+    The outcome is the run's as known at the end of what was read (``outcome_now``).
+    """
+    return _drain_sync(_Pass(sinks, interrupts), handle.iter_sync(), lambda _: handle.outcome_now())
+
+
+def drain_events(
+    events: Iterable[EventLike],
+    *sinks: Sink,
+    outcome: Outcome = None,
+    interrupts: Interrupts | None = None,
+) -> Drained:
     """:func:`drain` for a recorded stream, synchronously.
 
     Without ``outcome``, the run counts as ok exactly when its last ``run:end`` says ``ok`` and
     is settled. A source that raises ends the stream as in :func:`drain`.
     """
-    feeds = tuple(sink.feed for sink in sinks)
-    count = 0
-    last_run_end: Mapping[str, Any] | None = None
-    source_error: Exception | None = None
+
+    def settle(run: _Pass) -> RunOutcome | BaseException:
+        return outcome if outcome is not None else outcome_from_run_end(run.last_run_end)
+
+    return _drain_sync(_Pass(sinks, interrupts), iter(events), settle)
+
+
+def _drain_sync(
+    run: _Pass, events: Iterator[EventLike], settle: Callable[[_Pass], RunOutcome | BaseException]
+) -> Drained:
     try:
-        for event in events:
-            wire = _snapshot(event)
-            count += 1
-            if wire.get("type") == "run:end":
-                last_run_end = wire
-            # The sinks in line, not through a FanOut: one call less per event.
-            for feed in feeds:
-                try:
-                    feed(wire)
-                except Exception:  # noqa: BLE001
-                    _log.debug("a sink failed on event %s", count, exc_info=True)
-    except Exception as exc:  # noqa: BLE001
-        source_error = exc
-        _log.warning("the event stream failed: %s", type(exc).__name__)
-    settled: RunOutcome | BaseException = (
-        outcome if outcome is not None else outcome_from_run_end(last_run_end)
-    )
-    for sink in sinks:
-        _finish(sink, settled)
-    return Drained(settled, count, source_error, last_run_end)
+        run.read_sync(events)
+    except _INTERRUPTS as stop:
+        run.stopped(stop)
+    return run.done(settle(run))

@@ -3,8 +3,9 @@
 Every event goes through :meth:`EventBus.emit`, which stamps the envelope (``seq`` from the
 segment base, ``ts`` from the clock), masks secrets (unless the engine opted out), appends the
 event to the buffer every iterator reads, and then calls the listeners. A listener that raises
-never reaches the run: the event still reaches every other listener and iterator, and then one
-masked ``log`` warning per segment announces the isolation.
+never reaches the run: the event still reaches every other listener and iterator, each failing
+listener is logged once (the listeners' policy, see ``core.run_source.Listeners``), and one
+masked ``log`` event per segment announces the isolation in the stream.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, TypeVar
 
 from rulvar_otel.core.events import EventModel, Log
 from rulvar_otel.core.masking import SecretMasker
+from rulvar_otel.core.run_source import Listeners
 
 __all__ = ["EventBus", "EventStream", "format_ts"]
 
@@ -60,9 +62,8 @@ class EventBus:
         self._events: list[EventModel] = []
         self._closed = False
         self._changed = asyncio.Event()
-        self._listeners: dict[str, list[Listener]] = {}
+        self._listeners = Listeners(masker)
         self._warned = False
-        self._dispatching = 0
 
     @property
     def events(self) -> list[EventModel]:
@@ -106,19 +107,9 @@ class EventBus:
         return event
 
     def _deliver(self, event: EventModel) -> None:
-        listeners = (*self._listeners.get(event.type, ()), *self._listeners.get("*", ()))
-        if not listeners:
+        if not self._listeners:
             return
-        failure: BaseException | None = None
-        self._dispatching += 1
-        try:
-            for callback in listeners:
-                try:
-                    callback(event)
-                except Exception as exc:  # noqa: BLE001 - listener code never reaches the run
-                    failure = failure or exc
-        finally:
-            self._dispatching -= 1
+        failure = self._listeners.dispatch(event, event.type)
         if failure is not None and not self._warned:
             # Set first: the warning's own delivery may throw again and must not recurse.
             self._warned = True
@@ -131,14 +122,7 @@ class EventBus:
             )
 
     def on(self, kind: str, callback: Listener) -> Callable[[], None]:
-        self._listeners.setdefault(kind, []).append(callback)
-
-        def off() -> None:
-            bucket = self._listeners.get(kind, [])
-            if callback in bucket:
-                bucket.remove(callback)
-
-        return off
+        return self._listeners.on(kind, callback)
 
     def close(self) -> None:
         self._closed = True

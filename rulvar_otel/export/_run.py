@@ -13,15 +13,17 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.context import Context
 
-from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome, as_wire
+from rulvar_otel.core.drain import Drained, Interrupts, drain, drain_run
+from rulvar_otel.core.handle import RunHandle, RunOutcome
 from rulvar_otel.core.masking import compile_secret_masker
+from rulvar_otel.core.run_source import as_sync_handle
 from rulvar_otel.errors import ConfigError, RulvarOtelError
 from rulvar_otel.export._direct_pipeline import direct_pipeline
 from rulvar_otel.export._logs import SdkLogCapture, clean_text
@@ -35,7 +37,6 @@ from rulvar_otel.export._report import (
     SpanPipeline,
 )
 from rulvar_otel.export._sdk_pipeline import sdk_pipeline
-from rulvar_otel.export._stream import StreamedRun
 from rulvar_otel.export._traces import resolve_service_name
 from rulvar_otel.otel._parentage import Parentage, resolve_parent
 
@@ -49,7 +50,8 @@ INTERRUPT_GRACE_S: Final = 2.0
 
 
 class _Export:
-    """The steps every driver shares: open the destinations, feed, settle, close, report."""
+    """One export as a :class:`~rulvar_otel.core.drain.Sink`: open the destinations, be fed by
+    the drain, then close (settle, flush, report) with what the drain found."""
 
     def __init__(
         self,
@@ -75,6 +77,7 @@ class _Export:
         self.pipeline: SpanPipeline | None = None
         self.metrics: MetricsPipeline | None = None
         self.events = 0
+        self.interrupted = False  # a Ctrl-C came, while reading or while flushing
         self.notes: list[str] = []
         self.failures: list[ExportFailure] = []
 
@@ -87,6 +90,7 @@ class _Export:
 
     def interrupt(self, *, again: bool = False) -> None:
         """A Ctrl-C: stop lingering; what is in flight gets a short grace (none ``again``), then is cut."""
+        self.interrupted = True
         self.stop_linger()
         grace = 0.0 if again else INTERRUPT_GRACE_S
         if self.metrics is not None:
@@ -137,39 +141,43 @@ class _Export:
             self.note(f"serving Prometheus metrics on {self.metrics.prometheus_url}")
         return True
 
-    def feed(self, event: EventLike) -> None:
+    def feed(self, event: Mapping[str, Any]) -> None:
         self.events += 1
-        data = as_wire(event)
         assert self.pipeline is not None
-        self.pipeline.feed(data)
+        self.pipeline.feed(event)
         for observer in list(self.observers):
             try:
-                observer.feed(data)
+                observer.feed(event)
             except Exception:  # noqa: BLE001 - an observer's failure never costs a span
                 self.observers.remove(observer)
 
-    def close(
-        self,
-        outcome: RunOutcome | BaseException | None,
-        primary_run_id: str,
-        source_error: BaseException | None,
-        interrupted: bool,
-        settled: RunOutcome | BaseException | None = None,
-    ) -> ExportReport:
-        """Settle, flush and report. ``outcome`` is the handle's own (``None``: each run settles
-        from its stream); ``settled`` is how the run settled as observers and the report see it."""
+    def finish(self, outcome: RunOutcome | BaseException | None) -> None:
+        """The drain's end: nothing to do yet, :meth:`close` settles with what the drain found."""
+
+    def close(self, drained: Drained, handle: RunHandle) -> ExportReport:
+        """Settle, flush and report.
+
+        The pipeline settles with the handle's own outcome: a recorded run's given one (``None``:
+        each run settles from its stream), a live run's result unless the stream broke or was
+        interrupted. Observers and the report see how the run settled.
+        """
         assert self.pipeline is not None
-        spans = self.pipeline.finish(outcome, primary_run_id)
-        if settled is None:
-            settled = outcome
+        outcome: RunOutcome | BaseException | None
+        if as_sync_handle(handle):
+            outcome, settled = handle.given_outcome, drained.outcome
+        elif drained.interrupted or drained.source_error is not None:
+            outcome = settled = None
+        else:
+            outcome = settled = drained.outcome
+        spans = self.pipeline.finish(outcome, _run_id(handle))
         for observer in self.observers:
             try:
                 observer.finish(settled)
             except Exception:  # noqa: BLE001
                 pass
-        if source_error is not None:
-            self.fail(FailureKind.INPUT, _describe_source_error(source_error))
-        elif self.events == 0 and not interrupted:
+        if drained.source_error is not None:
+            self.fail(FailureKind.INPUT, _describe_source_error(drained.source_error))
+        elif self.events == 0 and not (drained.interrupted or self.interrupted):
             self.fail(FailureKind.INPUT, "the stream held no events")
         input_ok = not self.failed(FailureKind.INPUT) and self.events > 0
         delivery = self.pipeline.close(keep_output=input_ok)
@@ -194,7 +202,8 @@ class _Export:
             failures=tuple(self.failures),
             delivery=delivery,
             outcome=settled,
-            interrupted=interrupted,
+            # A Ctrl-C during the flush counts too: what was read was exported, the rest cut.
+            interrupted=drained.interrupted or self.interrupted,
             destinations=tuple(self.clean(t.target) for t in delivery.targets),
             prometheus_url=self.metrics.prometheus_url if self.metrics is not None else None,
             notes=tuple(notes),
@@ -245,38 +254,33 @@ async def export_run_async(
     with export.capture:
         if not export.open():
             return export.report_only()
-        source_error: BaseException | None = None
-        interrupted = False
-        try:
-            async for event in handle.events:
-                export.feed(event)
-        except asyncio.CancelledError:
-            interrupted = True
-            export.interrupt()
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()
-        except Exception as exc:  # noqa: BLE001 - reported as an input failure
-            source_error = exc
-        outcome: RunOutcome | BaseException | None = None
-        settled: RunOutcome | BaseException | None = None
-        if isinstance(handle, StreamedRun):
-            outcome, settled = handle.given_outcome, handle.outcome_now()
-        elif not interrupted and source_error is None:
-            try:
-                outcome = await handle.result
-            except asyncio.CancelledError:
-                interrupted = True
-                export.interrupt()
-            except Exception as exc:  # noqa: BLE001 - a rejected result is a fact of the run
-                outcome = exc
-        primary = _run_id(handle)
+        # A broken stream's result is not awaited: the report says the input failed.
+        drained = await drain(handle, export, interrupts=_Cancelled(export), settle_broken=False)
         # Flushing can block for up to one export timeout; keep the event loop free meanwhile.
         try:
-            return await asyncio.to_thread(export.close, outcome, primary, source_error, interrupted, settled)
+            return await asyncio.to_thread(export.close, drained, handle)
         except asyncio.CancelledError:
             export.interrupt()
             raise
+
+
+class _Cancelled(Interrupts):
+    """Cancellation of an async export (Ctrl-C under ``asyncio.run``): stop reading, export what was read."""
+
+    __slots__ = ("_export",)
+
+    def __init__(self, export: _Export) -> None:
+        super().__init__()
+        self._export = export
+
+    def absorb(self, stop: BaseException) -> bool:
+        if not isinstance(stop, asyncio.CancelledError):
+            return False
+        self._export.interrupt()
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        return True
 
 
 def with_parentage(options: ExportOptions, handle: RunHandle) -> ExportOptions:
@@ -295,7 +299,7 @@ def _run_id(handle: RunHandle) -> str:
         return ""
 
 
-class _Interrupt:
+class _Interrupt(Interrupts):
     """SIGINT during a synchronous export: the first stops reading (a blocked read included).
 
     A first Ctrl-C while an event is being mapped lets that event finish; while the source is
@@ -305,8 +309,7 @@ class _Interrupt:
     """
 
     def __init__(self, export: _Export) -> None:
-        self.requested = False
-        self.reading = False
+        super().__init__()
         self._export = export
         self._previous: Any = None
         self._installed = False
@@ -318,6 +321,11 @@ class _Interrupt:
         if already or self.reading:
             raise KeyboardInterrupt
 
+    def absorb(self, stop: BaseException) -> bool:
+        # A Ctrl-C that ends a blocked read ends the stream; a second one while mapping does not.
+        absorbed, self.reading = self.reading, False
+        return absorbed
+
     def __enter__(self) -> _Interrupt:
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGINT, self.handler)
@@ -327,27 +335,6 @@ class _Interrupt:
     def __exit__(self, *exc: object) -> None:
         if self._installed:
             signal.signal(signal.SIGINT, self._previous)
-
-
-def _drain_sync(
-    export: _Export, interrupt: _Interrupt, events: Iterator[EventLike]
-) -> tuple[BaseException | None, bool]:
-    first_interrupt = False
-    while not interrupt.requested:
-        interrupt.reading = True
-        try:
-            event = next(events)
-        except StopIteration:
-            break
-        except KeyboardInterrupt:
-            first_interrupt = True
-            break
-        except Exception as exc:  # noqa: BLE001 - reported as an input failure
-            return exc, False
-        finally:
-            interrupt.reading = False
-        export.feed(event)
-    return None, first_interrupt or interrupt.requested
 
 
 def export_run(
@@ -372,18 +359,17 @@ def export_run(
     (an engine given ``metrics.meter``): the export then uses it instead of building one, and shuts
     it down when it ends. Never raises
     for bad options, bad input or an unreachable backend: see :attr:`ExportReport.failures`.
-    A :class:`StreamedRun` over a plain iterable is drained without an event loop, so the first
-    Ctrl-C ends even a blocked read; the report then says ``interrupted``.
+    A recorded run over a plain iterable (:class:`StreamedRun`, say) is drained without an event
+    loop, so the first Ctrl-C ends even a blocked read; the report then says ``interrupted``, as
+    it does after a Ctrl-C during the final flush.
     """
     options = with_parentage(options, handle)
-    if isinstance(handle, StreamedRun) and handle.is_sync:
+    if as_sync_handle(handle) and handle.is_sync:
         export = _Export(options, observers, on_note, environ, keep_spans, pipeline, metrics)
         with export.capture, _Interrupt(export) as interrupt:
             if not export.open():
                 return export.report_only()
-            source_error, interrupted = _drain_sync(export, interrupt, handle.iter_sync())
-            settled = handle.outcome_now()
-            return export.close(handle.given_outcome, handle.run_id, source_error, interrupted, settled)
+            return export.close(drain_run(handle, export, interrupts=interrupt), handle)
     return asyncio.run(
         export_run_async(
             handle,

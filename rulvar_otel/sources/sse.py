@@ -40,8 +40,9 @@ from urllib.parse import quote, urlsplit
 import httpx
 import orjson
 
-from rulvar_otel.core.handle import EventLike, RecordedRunHandle, RunOutcome, outcome_from_run_end
+from rulvar_otel.core.handle import EventLike, RunOutcome, outcome_from_run_end
 from rulvar_otel.core.masking import SecretMasker, default_masker, redact_url, sanitize_terminal_text
+from rulvar_otel.core.run_source import RecordedRun
 from rulvar_otel.errors import ConfigError, RunNotFoundError, SourceError
 from rulvar_otel.sources._http_reads import (
     ENCODINGS,
@@ -228,7 +229,8 @@ class ServerRunHandle:
         self._last_run_end: dict[str, Any] | None = None
         self._delivered = SeqSet()
         self._outcome: RunOutcome | BaseException | None = None
-        self._recorded = RecordedRunHandle(self._follow(), None, run_id)
+        # Buffered, and the listeners' one failure policy: the recorded run does both.
+        self._recorded = RecordedRun(self._follow(), None, run_id)
 
     # -- RunHandle -----------------------------------------------------------------------------
 
@@ -258,10 +260,6 @@ class ServerRunHandle:
             raise self._outcome
         if self._outcome is None:  # pragma: no cover - _follow always settles it
             raise SourceError("the event stream ended without an outcome")
-        return self._outcome
-
-    def settle_now(self) -> RunOutcome | BaseException | None:
-        """The outcome once the stream has ended (None before)."""
         return self._outcome
 
     # -- the follower --------------------------------------------------------------------------
