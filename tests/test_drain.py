@@ -10,7 +10,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from rulvar_otel.core.drain import FanOut, Sink, drain, drain_events
+from rulvar_otel.core.drain import FanOut, Interrupts, Sink, drain, drain_events, drain_run
 from rulvar_otel.core.handle import RunOutcome, handle_from_events
 from rulvar_otel.core.masking import compile_secret_masker
 from rulvar_otel.core.progress import ProgressState
@@ -21,6 +21,7 @@ from rulvar_otel.core.reducers import (
     reduce_invocation_table,
 )
 from rulvar_otel.errors import RunRejectedError
+from rulvar_otel.export import StreamedRun
 from rulvar_otel.otel._mapper import SpanMapper
 from rulvar_otel.otel.metrics import MetricsRecorder
 from rulvar_otel.testing import SpanCapture
@@ -174,3 +175,118 @@ def test_fan_out_keeps_feeding_the_other_sinks_when_one_raises() -> None:
     drained = drain_events(events("minimal"), FanOut([bad, good]))
     assert len(good.fed) == len(bad.fed) == drained.events
     assert good.outcomes == bad.outcomes == [drained.outcome]
+
+
+# --- one loop: sync and async, interrupts, failing sinks ---------------------------------------------
+
+
+def _interrupted_midway(stop: BaseException) -> Any:
+    def gen() -> Any:
+        yield from events("minimal")[:2]
+        raise stop
+
+    return gen()
+
+
+class Absorbing(Interrupts):
+    """An interrupt policy that ends the stream at the stop, as the exporter's does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stops: list[BaseException] = []
+
+    def absorb(self, stop: BaseException) -> bool:
+        self.stops.append(stop)
+        return True
+
+
+def test_a_recorded_run_drains_without_an_event_loop_with_the_outcome_it_knows() -> None:
+    stream, sink = events("tools"), Recording()
+    drained = drain_run(StreamedRun(stream), sink)
+    assert drained.events == len(sink.fed) == len(stream) and not drained.interrupted
+    assert isinstance(drained.outcome, RunOutcome) and drained.outcome.status == stream[-1]["status"]
+    assert sink.outcomes == [drained.outcome]
+
+
+def test_drain_reads_a_recorded_run_the_same_way_its_sync_twin_does() -> None:
+    stream = events("tools")
+    sync_sink, async_sink = Recording(), Recording()
+    by_loop = drain_run(handle_from_events(stream), sync_sink)
+    awaited = asyncio.run(drain(handle_from_events(stream), async_sink))
+    assert sync_sink.fed == async_sink.fed
+    assert by_loop.outcome == awaited.outcome and by_loop.events == awaited.events
+
+
+def test_a_ctrl_c_during_a_sync_drain_finishes_every_sink_unsettled_and_propagates() -> None:
+    sink = Recording()
+    with pytest.raises(KeyboardInterrupt):
+        drain_events(_interrupted_midway(KeyboardInterrupt()), sink)
+    assert len(sink.fed) == 2
+    assert len(sink.outcomes) == 1 and isinstance(sink.outcomes[0], KeyboardInterrupt)
+
+
+def test_an_absorbing_interrupt_hook_ends_the_stream_and_reports_interrupted() -> None:
+    sink, hook = Recording(), Absorbing()
+    drained = drain_events(_interrupted_midway(KeyboardInterrupt()), sink, interrupts=hook)
+    assert drained.interrupted and drained.events == 2 and drained.source_error is None
+    assert len(hook.stops) == 1 and isinstance(hook.stops[0], KeyboardInterrupt)
+    assert sink.outcomes == [drained.outcome]
+
+
+def test_a_requested_stop_ends_the_stream_before_the_next_read() -> None:
+    hook = Interrupts()
+
+    class StopAfterTwo(Recording):
+        def feed(self, event: Mapping[str, Any]) -> None:
+            super().feed(event)
+            hook.requested = len(self.fed) >= 2  # a signal handler would set it
+
+    sink = StopAfterTwo()
+    drained = drain_events(events("tools"), sink, interrupts=hook)
+    assert drained.interrupted and drained.events == len(sink.fed) == 2
+
+
+def test_cancelling_an_async_drain_finishes_the_sinks_unless_the_hook_absorbs_it() -> None:
+    async def stream(stop_after: int) -> AsyncIterator[Any]:
+        for event in events("minimal")[:stop_after]:
+            yield event
+        raise asyncio.CancelledError
+
+    class Live(BrokenSource):
+        @property
+        def events(self) -> AsyncIterator[Any]:
+            return stream(2)
+
+    sink = Recording()
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(drain(Live(None), sink))
+    assert len(sink.fed) == 2 and isinstance(sink.outcomes[0], asyncio.CancelledError)
+
+    sink, hook = Recording(), Absorbing()
+    drained = asyncio.run(drain(Live(None), sink, interrupts=hook))
+    assert drained.interrupted and drained.events == 2
+    assert isinstance(drained.outcome, asyncio.CancelledError)  # the result was not awaited
+
+
+def test_a_broken_stream_result_is_awaited_unless_asked_not_to() -> None:
+    awaited = asyncio.run(drain(BrokenSource(None), Recording()))
+    assert isinstance(awaited.source_error, ConnectionError) and awaited.outcome == RunOutcome(status="ok")
+    skipped = asyncio.run(drain(BrokenSource(None), Recording(), settle_broken=False))
+    assert skipped.outcome is skipped.source_error
+
+
+@pytest.mark.parametrize("path", ["sync", "async"])
+def test_a_failing_sink_costs_no_other_sink_an_event_on_either_path(path: str) -> None:
+    bad, good = Exploding(), Recording()
+    stream = events("tools")
+    if path == "sync":
+        drained = drain_events(stream, bad, good)
+    else:
+        drained = asyncio.run(drain(handle_from_events(_as_async(stream)), bad, good))
+    assert len(good.fed) == len(bad.fed) == drained.events == len(stream)
+    assert good.outcomes == bad.outcomes == [drained.outcome]
+
+
+async def _as_async(stream: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    for event in stream:
+        yield event

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import subprocess
 import sys
 from typing import Any
@@ -102,6 +103,28 @@ async def test_throwing_listener_is_isolated_ordered_and_masked() -> None:
     assert ("after", first_start.seq) in order  # the other listener got the event
     assert warnings[0].seq > first_start.seq  # the warning follows its cause
     assert SECRET not in warnings[0].msg and MASKED_SECRET in warnings[0].msg
+
+
+async def test_each_throwing_listener_is_logged_once_masked_even_unmasked_events(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    handle = engine(redaction={"mask_events": False}).run(two_agents, {})
+
+    def boom(event: Any) -> None:
+        raise RuntimeError(f"listener leaked {SECRET}")
+
+    def other(event: Any) -> None:
+        raise ValueError("another listener bug")
+
+    handle.on("agent:start", boom)
+    handle.on("*", other)
+    with caplog.at_level(logging.WARNING, logger="rulvar_otel"):
+        outcome = await handle.result
+    logged = [r.getMessage() for r in caplog.records if r.name == "rulvar_otel"]
+    assert outcome.status == "ok"
+    assert len(logged) == 2  # once per listener, though each raised on several events
+    assert all(SECRET not in text for text in logged)
+    assert any(MASKED_SECRET in text for text in logged)
 
 
 async def test_masking_on_by_default_and_off_on_request() -> None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from rulvar_otel._lazy import lazy_facade
 
 if TYPE_CHECKING:
-    from rulvar_otel.core.drain import Drained, FanOut, Sink, drain, drain_events
+    from rulvar_otel.core.drain import Drained, FanOut, Interrupts, Sink, drain, drain_events, drain_run
     from rulvar_otel.core.envelope import TerminalEnvelope, parse_terminal_envelope
     from rulvar_otel.core.events import (
         ENVELOPE_FIELDS,
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         mask_secrets_deep,
         sanitize_terminal_text,
     )
+    from rulvar_otel.core.run_source import Listeners, RecordedRun, SyncRunHandle
 
 # name -> module that defines it; resolved on first attribute access (PEP 562).
 _LAZY: dict[str, str] = {
@@ -48,6 +49,11 @@ _LAZY: dict[str, str] = {
     "Sink": "rulvar_otel.core.drain",
     "drain": "rulvar_otel.core.drain",
     "drain_events": "rulvar_otel.core.drain",
+    "drain_run": "rulvar_otel.core.drain",
+    "Interrupts": "rulvar_otel.core.drain",
+    "Listeners": "rulvar_otel.core.run_source",
+    "RecordedRun": "rulvar_otel.core.run_source",
+    "SyncRunHandle": "rulvar_otel.core.run_source",
     "TerminalEnvelope": "rulvar_otel.core.envelope",
     "parse_terminal_envelope": "rulvar_otel.core.envelope",
     "ENVELOPE_FIELDS": "rulvar_otel.core.events",
@@ -82,6 +88,11 @@ __all__ = [
     "Sink",
     "drain",
     "drain_events",
+    "drain_run",
+    "Interrupts",
+    "Listeners",
+    "RecordedRun",
+    "SyncRunHandle",
     "ENVELOPE_FIELDS",
     "KNOWN_EVENT_TYPES",
     "MASKED_SECRET",
