@@ -210,3 +210,19 @@ def test_gzip_metrics_arrive_at_a_grpc_receiver(monkeypatch: pytest.MonkeyPatch,
         )  # fmt: skip
         assert code == 0, out + err
         assert receiver.metric_names()
+
+
+@pytest.mark.parametrize("pipeline_direct", [True, False])
+def test_both_transports_get_the_compression_the_env_mapping_names(pipeline_direct: bool) -> None:
+    import grpc
+
+    env = {"OTEL_EXPORTER_OTLP_TRACES_COMPRESSION": "gzip"}
+    grpc_options = ExportOptions(endpoint="http://127.0.0.1:4317", protocol="grpc")
+    http_options = ExportOptions(endpoint="http://127.0.0.1:4318", protocol="http/protobuf")
+    # The mapping passed in decides, not os.environ (which the library exporters would read).
+    (over_grpc,) = resolve_destinations(grpc_options, environ=env, direct=pipeline_direct).exporters
+    (over_http,) = resolve_destinations(http_options, environ=env, direct=pipeline_direct).exporters
+    assert over_grpc._inner._compression == grpc.Compression.Gzip  # type: ignore[attr-defined]
+    assert over_http._inner._compression.value == "gzip"  # type: ignore[attr-defined]
+    over_grpc.shutdown()
+    over_http.shutdown()
