@@ -25,7 +25,8 @@ def test_quick_mode_prints_every_figure(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     table = done.stdout
-    headings = ("== parse+map ==", "== sdk floor ==", "== metrics ==", "== direct path ==", "== scale ==")
+    headings = ("== parse+map ==", "== sdk floor ==", "== metrics ==", "== direct path ==", "== http ==")
+    headings += ("== scale ==",)
     for heading in (*headings, "== end to end ==", "== tail ==", "== start-up ==", "== progress =="):
         assert heading in table
     for phrase in (
@@ -42,6 +43,8 @@ def test_quick_mode_prints_every_figure(tmp_path: Path) -> None:
         "write the OTLP/JSON file, direct path",
         "baseline: SDK path",
         "real OTLP/gRPC receiver in this process, direct path (every round received all",
+        "export over OTLP/HTTP protobuf to a receiver in this process (every round received all",
+        "baseline: OTLP/gRPC",
         "direct path, traces + metrics in one pass",
         "linear fit over 3 points (direct)",
         "peak RSS growth",
@@ -61,6 +64,7 @@ def test_quick_mode_prints_every_figure(tmp_path: Path) -> None:
         "sdk floor",
         "metrics",
         "direct path",
+        "http",
         "scale",
         "end to end",
         "start-up",
@@ -78,5 +82,8 @@ def test_quick_mode_prints_every_figure(tmp_path: Path) -> None:
     # The direct path's figures check their own output: no note means every span arrived.
     direct = [f for f in figures if f["section"] == "direct path"]
     assert len(direct) == 3 and all(not f["notes"] for f in direct), direct
+    # Both transports delivered every span in every round (no note).
+    (http,) = [f for f in figures if f["section"] == "http"]
+    assert not http["notes"], http
     (floor,) = [f for f in figures if f["section"] == "sdk floor"]
     assert "floor verified" in " ".join(floor["notes"])

@@ -160,6 +160,7 @@ PINNED: dict[str, list[str]] = {
         "create_mapper",
         "export_events",
         "grpc_span_exporter",
+        "http_span_exporter",
         "to_otel",
     ],
     "rulvar_otel.otel.metrics": [

@@ -38,7 +38,13 @@ from prometheus_client.registry import Collector
 from rulvar_otel.core.masking import compile_secret_masker, redact_url
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.export._options import ExportOptions
-from rulvar_otel.export._settings import read_headers, read_millis, resolve_protocol
+from rulvar_otel.export._settings import (
+    Compression,
+    read_compression,
+    read_headers,
+    read_millis,
+    resolve_protocol,
+)
 from rulvar_otel.export._transport import (
     MAX_RESPONSE_BYTES,
     BoundedHttpTransport,
@@ -80,6 +86,7 @@ class MetricsSetup:
     up so long after the export, at its final values, before shutdown closes it: at least one
     scrape interval of the scraper, so a one-shot export is seen. ``cardinality_limit``: the
     attribute sets each instrument keeps before its ``otel.metric.overflow`` series.
+    ``compression``: ``gzip`` or ``none`` for the OTLP exports.
     """
 
     otlp_endpoint: str | None = None
@@ -92,6 +99,7 @@ class MetricsSetup:
     prometheus_linger_s: float = 0.0
     service_name: str = DEFAULT_SERVICE_NAME
     cardinality_limit: int = DEFAULT_METRIC_CARDINALITY_LIMIT
+    compression: Compression = "none"
 
 
 class _ScrapeCounter(Collector):
@@ -271,6 +279,8 @@ def _validate(setup: MetricsSetup) -> None:
         raise ConfigError(
             f"Prometheus linger {setup.prometheus_linger_s!r} s is not in [0, {MAX_LINGER_S:g}]"
         )
+    if setup.compression not in ("gzip", "none"):
+        raise ConfigError(f"metrics compression {setup.compression!r} is not gzip or none")
     for key, value in setup.headers.items():
         if not isinstance(key, str) or not isinstance(value, str) or not key:
             raise ConfigError("metrics headers must map non-empty names to string values")
@@ -282,7 +292,9 @@ def _otlp_exporter(
     """The library's OTLP metric exporter, bounded and recording ``partial_success`` rejections."""
     assert setup.otlp_endpoint is not None
     headers = dict(setup.headers)
+    gzip = setup.compression == "gzip"
     if setup.otlp_protocol == "grpc":
+        import grpc
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
             OTLPMetricExporter as GrpcExporter,
         )
@@ -293,10 +305,12 @@ def _otlp_exporter(
             insecure=parsed.scheme == "http",
             headers=headers,
             timeout=setup.timeout_s,
+            compression=grpc.Compression.Gzip if gzip else grpc.Compression.NoCompression,
             channel_options=(("grpc.max_receive_message_length", MAX_RESPONSE_BYTES),),  # type: ignore[arg-type]
         )
         capture_grpc_rejections(exporter, "rejected_data_points", rejections, interrupt)
         return exporter
+    from opentelemetry.exporter.otlp.proto.http import Compression as HttpCompression
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpExporter
     from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
 
@@ -312,7 +326,13 @@ def _otlp_exporter(
         cert=cert,
         interrupt=interrupt,
     )
-    return HttpExporter(endpoint=endpoint, headers=headers, timeout=setup.timeout_s, _transport=transport)
+    return HttpExporter(
+        endpoint=endpoint,
+        headers=headers,
+        timeout=setup.timeout_s,
+        compression=HttpCompression.Gzip if gzip else HttpCompression.NoCompression,
+        _transport=transport,
+    )
 
 
 def _with_instance_id(resource: Resource) -> Resource:
@@ -431,6 +451,7 @@ def build_metrics_delivery(
         prometheus_linger_s=options.prometheus_linger_s,
         service_name=service_name,
         cardinality_limit=options.metric_cardinality_limit,
+        compression=read_compression(env, "METRICS"),
     )
     masker = compile_secret_masker(options.patterns) if options.patterns else None
     return build_meter_provider(setup, resource=compose_resource({SERVICE_NAME: service_name}, masker))

@@ -2,9 +2,9 @@
 
 Every variable the pipeline honours is a row of :data:`SETTINGS` (name, kind, default, meaning);
 the readers below are the only code that parses them: one integer parser (:func:`read_int`), one
-millisecond parser (:func:`read_millis`), one endpoint resolver and one protocol resolver shared
-by traces and metrics. A bad value is a :class:`~rulvar_otel.errors.ConfigError` naming the
-variable, raised before any span exists.
+millisecond parser (:func:`read_millis`), one endpoint resolver, one protocol resolver and one
+compression reader (:func:`read_compression`) shared by traces and metrics. A bad value is a
+:class:`~rulvar_otel.errors.ConfigError` naming the variable, raised before any span exists.
 """
 
 from __future__ import annotations
@@ -21,15 +21,18 @@ from rulvar_otel.core.masking import redact_url
 from rulvar_otel.errors import ConfigError, InvalidHeaderError
 
 __all__ = [
+    "COMPRESSIONS",
     "PROTOCOLS",
     "SETTINGS",
     "EnvSetting",
+    "Compression",
     "Protocol",
     "SettingKind",
     "Signal",
     "check_endpoint",
     "check_header",
     "env_value",
+    "read_compression",
     "read_headers",
     "read_int",
     "read_millis",
@@ -40,6 +43,8 @@ __all__ = [
 Protocol = Literal["grpc", "http/protobuf"]
 PROTOCOLS: Final[tuple[Protocol, ...]] = ("grpc", "http/protobuf")
 Signal = Literal["TRACES", "METRICS"]
+Compression = Literal["gzip", "none"]
+COMPRESSIONS: Final[tuple[Compression, ...]] = ("gzip", "none")
 
 # gRPC's well-known OTLP port: a bare collector address there means gRPC.
 GRPC_DEFAULT_PORT: Final = 4317
@@ -52,6 +57,7 @@ class SettingKind(enum.StrEnum):
     PROTOCOL = "protocol"
     HEADERS = "headers"
     MILLISECONDS = "milliseconds"
+    COMPRESSION = "compression"
     INTEGER = "integer"
     TEXT = "text"
 
@@ -93,6 +99,11 @@ SETTINGS: Final[tuple[EnvSetting, ...]] = (
     EnvSetting("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", SettingKind.MILLISECONDS, None, "one trace batch"),
     EnvSetting("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", SettingKind.MILLISECONDS, None, "one metrics export"),
     EnvSetting("OTEL_EXPORTER_OTLP_TIMEOUT", SettingKind.MILLISECONDS, "10000", "one export, any signal"),
+    EnvSetting("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", SettingKind.COMPRESSION, None, "trace exports"),
+    EnvSetting("OTEL_EXPORTER_OTLP_METRICS_COMPRESSION", SettingKind.COMPRESSION, None, "metric exports"),
+    EnvSetting(
+        "OTEL_EXPORTER_OTLP_COMPRESSION", SettingKind.COMPRESSION, "none", "every export: gzip or none"
+    ),
     EnvSetting("OTEL_SERVICE_NAME", SettingKind.TEXT, "rulvar", "the resource's service.name"),
     EnvSetting(
         "OTEL_RESOURCE_ATTRIBUTES", SettingKind.TEXT, None, "other resource attributes (read by the SDK)"
@@ -166,6 +177,22 @@ def read_millis(environ: Mapping[str, str], *names: str) -> float | None:
     if not millis > 0 or millis == float("inf"):
         raise ConfigError(f"{name} must be a positive number of milliseconds (got {raw!r})")
     return millis / 1000.0
+
+
+def read_compression(environ: Mapping[str, str], signal: Signal) -> Compression:
+    """The signal's compression variable, else the shared one, else ``none``.
+
+    The specification's values are ``gzip`` and ``none`` (any case); anything else is a
+    :class:`ConfigError` naming the variable, rather than an export sent some other way.
+    """
+    found = env_value(environ, f"OTEL_EXPORTER_OTLP_{signal}_COMPRESSION", "OTEL_EXPORTER_OTLP_COMPRESSION")
+    if found is None:
+        return "none"
+    name, raw = found
+    for compression in COMPRESSIONS:
+        if raw.lower() == compression:
+            return compression
+    raise ConfigError(f"{name} must be one of {', '.join(COMPRESSIONS)} (got {raw[:40]!r})")
 
 
 # What both transports can send: a gRPC metadata key (lowercase letters, digits, "-", "_", ".";

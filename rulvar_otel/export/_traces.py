@@ -40,8 +40,10 @@ from rulvar_otel.export._batching import BlockingBatchSpanProcessor
 from rulvar_otel.export._options import ExportOptions
 from rulvar_otel.export._otlp_json import DEFAULT_OTLP_JSON_PATH, OtlpJsonFileExporter
 from rulvar_otel.export._settings import (
+    Compression,
     Protocol,
     env_value,
+    read_compression,
     read_headers,
     read_int,
     read_millis,
@@ -102,6 +104,7 @@ class OtlpTarget:
     endpoint: str
     headers: Mapping[str, str]
     timeout_s: float
+    compression: Compression = "none"
 
     def describe(self) -> str:
         return f"OTLP {self.protocol} endpoint {redact_url(self.endpoint)}"
@@ -147,7 +150,7 @@ def resolve_otlp_target(
     """The OTLP endpoint the options and environment configure, or ``None`` for the embedded default.
 
     Raises :class:`ConfigError` for an unknown protocol, an endpoint that is not an http(s) URL,
-    or a non-positive timeout.
+    a non-positive timeout or a compression other than gzip and none.
     """
     env = os.environ if environ is None else environ
     found = resolve_endpoint(options.endpoint, "TRACES", env)
@@ -170,6 +173,8 @@ def resolve_otlp_target(
         endpoint=endpoint,
         headers=headers,
         timeout_s=timeout if timeout is not None else DEFAULT_EXPORT_TIMEOUT_S,
+        # Passed to the exporter explicitly: the library reads only os.environ, this reads ``env``.
+        compression=read_compression(env, "TRACES"),
     )
 
 
@@ -203,9 +208,12 @@ def _make_otlp_exporter(
     """The library's OTLP exporter for ``target``, recording ``partial_success`` rejections.
 
     HTTP goes through :class:`BoundedHttpTransport` (time, size and redirect bounds); gRPC gets
-    the same answer bound from its receive limit and its deadline.
+    the same answer bound from its receive limit and its deadline. ``direct`` picks the subclass
+    that sends a direct batch's prebuilt request (the same exporter otherwise).
     """
+    gzip = target.compression == "gzip"
     if target.protocol == "grpc":
+        import grpc
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
             OTLPSpanExporter as GrpcSpanExporter,
         )
@@ -218,6 +226,7 @@ def _make_otlp_exporter(
             insecure=urlsplit(target.endpoint).scheme == "http",
             headers=dict(target.headers),
             timeout=target.timeout_s,
+            compression=grpc.Compression.Gzip if gzip else grpc.Compression.NoCompression,
             # The collector's default limit is 4 MiB; the gRPC client's own send limit must not
             # be the thing that drops a batch. An answer is small: its limit bounds a hostile one.
             channel_options=(
@@ -227,10 +236,13 @@ def _make_otlp_exporter(
         )
         capture_grpc_rejections(exporter, "rejected_spans", rejections, interrupt)
         return exporter
+    from opentelemetry.exporter.otlp.proto.http import Compression as HttpCompression
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
         OTLPSpanExporter as HttpSpanExporter,
     )
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+    from rulvar_otel.otel.direct import http_span_exporter
 
     verify, cert = tls_settings(env, "TRACES")
     transport = BoundedHttpTransport(
@@ -241,8 +253,13 @@ def _make_otlp_exporter(
         cert=cert,
         interrupt=interrupt,
     )
-    return HttpSpanExporter(
-        endpoint=target.endpoint, headers=dict(target.headers), timeout=target.timeout_s, _transport=transport
+    make_http: Callable[..., SpanExporter] = http_span_exporter if direct else HttpSpanExporter
+    return make_http(
+        endpoint=target.endpoint,
+        headers=dict(target.headers),
+        timeout=target.timeout_s,
+        compression=HttpCompression.Gzip if gzip else HttpCompression.NoCompression,
+        _transport=transport,
     )
 
 
@@ -469,8 +486,8 @@ def resolve_destinations(
 ) -> Destinations:
     """The exporters, resource, span limits and batching ``options`` and the environment ask for.
 
-    ``direct`` builds the OTLP/gRPC exporter that reads a direct batch's prebuilt request (the
-    same exporter class and settings). Raises :class:`ConfigError` as :func:`build_trace_delivery`.
+    ``direct`` builds the OTLP exporters that send a direct batch's prebuilt request (the same
+    exporter classes and settings). Raises :class:`ConfigError` as :func:`build_trace_delivery`.
     """
     env = os.environ if environ is None else environ
     otlp = resolve_otlp_target(options, env)

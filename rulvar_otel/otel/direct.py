@@ -8,7 +8,8 @@ attribute validation: every span's facts are known when it ends. On this path th
 :class:`DirectSpanSink`, and the sink hands batches (:class:`~rulvar_otel.otel._encode.EncodedBatch`,
 a ``Sequence[ReadableSpan]``) to ordinary OTel ``SpanExporter`` objects on a worker thread. The
 exporters keep delivery, retries, timeouts, compression, headers and their ``OTEL_*`` settings;
-:func:`grpc_span_exporter` builds the library's gRPC exporter reading the batch's prebuilt request.
+:func:`grpc_span_exporter` and :func:`http_span_exporter` build the library's gRPC and HTTP
+exporters sending the batch's prebuilt request.
 The mapping itself (ids, masking, span-event limits, every rule) is the mapper's, shared with the
 tracer path.
 
@@ -48,6 +49,7 @@ __all__ = [
     "DirectSpanSink",
     "export_events_direct",
     "grpc_span_exporter",
+    "http_span_exporter",
 ]
 
 _log = logging.getLogger("rulvar_otel")
@@ -225,6 +227,39 @@ def grpc_span_exporter(**kwargs: Any) -> SpanExporter:
             return super()._translate_data(data)
 
     return DirectGrpcSpanExporter(**kwargs)
+
+
+def http_span_exporter(**kwargs: Any) -> SpanExporter:
+    """The exporter library's OTLP/HTTP (protobuf) span exporter, sending a direct batch's prebuilt request.
+
+    Takes the same keyword arguments as that ``OTLPSpanExporter`` (endpoint, headers, timeout,
+    compression, ``_transport``, ...; unset ones come from the ``OTEL_EXPORTER_OTLP_*``
+    variables). A direct batch's request is serialized once and handed to the library's own HTTP
+    client, so its compression, retries, headers, timeout, size limit and transport all apply;
+    any other span sequence goes through the library's whole ``export``.
+    """
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    class DirectHttpSpanExporter(OTLPSpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            client = getattr(self, "_client", None)
+            if not isinstance(spans, EncodedBatch) or self._shutdown or client is None:
+                return super().export(spans)
+            with self._metrics.export_operation(len(spans)) as result:
+                data = spans.request().SerializeToString()
+                limit = getattr(self, "_max_request_size", 0)
+                if 0 < limit < len(data):
+                    # The library's rule: a request over the limit is dropped whole, as a failure.
+                    _log.warning("span batch of %d bytes exceeds max_request_size %d", len(data), limit)
+                    result.error = ValueError(f"the request is {len(data)} bytes, over {limit}")
+                    return SpanExportResult.FAILURE
+                sent = client.export(data)
+                if not sent.success:
+                    result.error = sent.error
+                    return SpanExportResult.FAILURE
+            return SpanExportResult.SUCCESS
+
+    return DirectHttpSpanExporter(**kwargs)
 
 
 def export_events_direct(
