@@ -74,3 +74,15 @@ def otel_env_cleared(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
         monkeypatch.delenv(setting.name, raising=False)
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _tests_leave_the_checkout_alone() -> Iterator[None]:
+    """Fails the session when a test wrote a file into the repository's root directory."""
+    before = {path.name for path in _REPO_ROOT.iterdir()}
+    yield
+    written = sorted({path.name for path in _REPO_ROOT.iterdir()} - before)
+    assert not written, f"tests wrote into the checkout's root: {written}"

@@ -131,7 +131,7 @@ def test_a_stalled_grpc_receiver_ends_at_the_export_timeout(pipeline: str) -> No
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
-def test_metrics_partial_success_is_a_metrics_failure(protocol: str) -> None:
+def test_metrics_partial_success_is_a_metrics_failure(protocol: str, tmp_path: Path) -> None:
     make = HostileGrpcReceiver if protocol == "grpc" else HostileHttpReceiver
     answer = GrpcAnswer.PARTIAL if protocol == "grpc" else HttpAnswer.PARTIAL
     with make(answer, rejected=5) as receiver:  # type: ignore[operator]
@@ -139,7 +139,7 @@ def test_metrics_partial_success_is_a_metrics_failure(protocol: str) -> None:
             "export",
             str(STREAMS / f"{STREAM}.jsonl"),
             "--out",
-            "spans.jsonl",
+            str(tmp_path / "spans.jsonl"),
             "--metrics-endpoint",
             receiver.endpoint,
             "--protocol",
