@@ -26,7 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, SpanContext, TraceFlags, TraceState
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
 from rulvar_otel.otel._records import SpanRecord
 
@@ -37,6 +37,21 @@ __all__ = ["BatchHeader", "EncodedBatch"]
 _FLAGS: Final = 0x100
 _REMOTE_FLAGS: Final = 0x300
 _MEMO_LIMIT: Final = 8192  # entries per form; each is a few hundred bytes
+
+
+# OTLP's span kind is the API's enum value plus one (OTLP reserves 0 for "unspecified").
+_KIND_CODES: Final = {kind: kind.value + 1 for kind in SpanKind}
+_STATUS_CODES: Final = {code: code.value for code in StatusCode}
+
+
+def _json_status(status: Status) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    code = _STATUS_CODES[status.status_code]
+    if code:
+        out["code"] = code
+    if status.description:
+        out["message"] = status.description
+    return out
 
 
 class BatchHeader:
@@ -52,6 +67,8 @@ class BatchHeader:
         # (key, value) -> the encoded key/value entry, per form; bounded.
         self.pb_memo: dict[tuple[str, Any], dict[str, Any]] = {}
         self.json_memo: dict[tuple[str, Any], dict[str, Any]] = {}
+        # Status -> its OTLP/JSON object (a few shared statuses, and one per error message).
+        self.json_statuses: dict[Status, dict[str, Any]] = {}
 
 
 def _pb_value(value: Any) -> dict[str, Any]:
@@ -154,17 +171,24 @@ class EncodedBatch(Sequence[ReadableSpan]):
             return self._request
         header = self.header
         memo = header.pb_memo
+        kinds = _KIND_CODES
+        trace_id = -1
+        trace_bytes = b""
         spans = []
         for r in self.records:
+            if r.trace_id != trace_id:
+                trace_id = r.trace_id
+                trace_bytes = trace_id.to_bytes(16, "big")
+            status = r.status
             span: dict[str, Any] = {
-                "trace_id": r.trace_id.to_bytes(16, "big"),
+                "trace_id": trace_bytes,
                 "span_id": r.span_id.to_bytes(8, "big"),
                 "name": r.name,
-                "kind": r.kind.value + 1,
+                "kind": kinds[r.kind],
                 "start_time_unix_nano": r.start_ns,
                 "end_time_unix_nano": r.end_ns,
                 "attributes": _pb_attributes(r.attributes, memo),
-                "status": {"code": r.status.status_code.value, "message": r.status.description},
+                "status": {"code": _STATUS_CODES[status.status_code], "message": status.description},
                 "flags": _REMOTE_FLAGS if r.parent_remote else _FLAGS,
             }
             if r.parent_id:
@@ -203,22 +227,30 @@ class EncodedBatch(Sequence[ReadableSpan]):
         """This batch as one OTLP/JSON ``ExportTraceServiceRequest`` (hex ids, no trailing newline)."""
         header = self.header
         memo = header.json_memo
+        statuses = header.json_statuses
+        kinds = _KIND_CODES
+        # An export's spans share one trace id (a host parent aside): its hex is made once.
+        trace_id = -1
+        trace_hex = ""
         spans = []
         for r in self.records:
-            status: dict[str, Any] = {}
-            code = r.status.status_code.value
-            if code:
-                status["code"] = code
-            if r.status.description:
-                status["message"] = r.status.description
+            status_json = statuses.get(r.status)
+            if status_json is None:
+                status_json = _json_status(r.status)
+                if len(statuses) >= _MEMO_LIMIT:
+                    statuses.clear()
+                statuses[r.status] = status_json
+            if r.trace_id != trace_id:
+                trace_id = r.trace_id
+                trace_hex = format(trace_id, "032x")
             span: dict[str, Any] = {
-                "traceId": format(r.trace_id, "032x"),
+                "traceId": trace_hex,
                 "spanId": format(r.span_id, "016x"),
                 "name": r.name,
-                "kind": r.kind.value + 1,
+                "kind": kinds[r.kind],
                 "startTimeUnixNano": str(r.start_ns),
                 "endTimeUnixNano": str(r.end_ns),
-                "status": status,
+                "status": status_json,
                 "flags": _REMOTE_FLAGS if r.parent_remote else _FLAGS,
             }
             if r.attributes:
