@@ -64,7 +64,7 @@ class BatchHeader:
         self.scope_pb = _encode_instrumentation_scope(scope)
         self.resource_json = json_format.MessageToDict(self.resource_pb, use_integers_for_enums=True)
         self.scope_json = json_format.MessageToDict(self.scope_pb, use_integers_for_enums=True)
-        # (key, value) -> the encoded key/value entry, per form; bounded.
+        # (key, string value) -> the encoded key/value entry, per form; bounded.
         self.pb_memo: dict[tuple[str, Any], dict[str, Any]] = {}
         self.json_memo: dict[tuple[str, Any], dict[str, Any]] = {}
         # Status -> its OTLP/JSON object (a few shared statuses, and one per error message).
@@ -104,35 +104,41 @@ def _json_value(value: Any) -> dict[str, Any]:
     return {"arrayValue": {"values": values} if values else {}}
 
 
+# Only string values are memoised: they are what repeats (ids, names, statuses), and a number
+# key would conflate 1, 1.0 and True, which encode differently.
+
+
 def _pb_attributes(attributes: Any, memo: dict[tuple[str, Any], dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for item in attributes.items():
-        try:
+        value = item[1]
+        if value.__class__ is str:
             entry = memo.get(item)
-        except TypeError:  # an unhashable value (a list): encoded, not memoised
-            out.append({"key": item[0], "value": _pb_value(item[1])})
-            continue
-        if entry is None:
-            if len(memo) >= _MEMO_LIMIT:
-                memo.clear()
-            entry = memo[item] = {"key": item[0], "value": _pb_value(item[1])}
-        out.append(entry)
+            if entry is None:
+                if len(memo) >= _MEMO_LIMIT:
+                    memo.clear()
+                entry = memo[item] = {"key": item[0], "value": {"string_value": value}}
+            out.append(entry)
+        else:
+            out.append({"key": item[0], "value": _pb_value(value)})
     return out
 
 
 def _json_attributes(attributes: Any, memo: dict[tuple[str, Any], dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for item in attributes.items():
-        try:
+        value = item[1]
+        if value.__class__ is str:
             entry = memo.get(item)
-        except TypeError:
-            out.append({"key": item[0], "value": _json_value(item[1])})
-            continue
-        if entry is None:
-            if len(memo) >= _MEMO_LIMIT:
-                memo.clear()
-            entry = memo[item] = {"key": item[0], "value": _json_value(item[1])}
-        out.append(entry)
+            if entry is None:
+                if len(memo) >= _MEMO_LIMIT:
+                    memo.clear()
+                entry = memo[item] = {"key": item[0], "value": {"stringValue": value}}
+            out.append(entry)
+        elif value.__class__ is int:
+            out.append({"key": item[0], "value": {"intValue": str(value)}})
+        else:
+            out.append({"key": item[0], "value": _json_value(value)})
     return out
 
 
