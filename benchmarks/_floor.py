@@ -1,18 +1,23 @@
-"""The SDK floor: the cheapest way to make exactly the spans the exporter makes, through the same SDK.
+"""The SDK floors: the cheapest way to make exactly the spans the exporter makes, through the same SDK.
 
 :func:`capture` exports a stream once into memory and turns the finished spans into a
 :class:`Script` (names, parents, attributes, span events with their timestamps, status, start and
 end times). :func:`replay` makes those spans again with one ``start_span`` (all attributes at
 start), the ``add_event`` calls, one ``set_status`` and one ``end`` per span: no event parsing, no
 state machine, no masking. The exporter's time over the floor's is the price of the mapping itself.
+
+:func:`capture_metrics` does the same for metrics: it records every instrument call the metrics
+recorder makes on a meter (``add`` and ``record``, with their attributes and exemplar contexts),
+and :func:`replay_metrics` makes exactly those calls on real SDK instruments, without any fold.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
+from opentelemetry import metrics as metrics_api
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor, TracerProvider
@@ -26,7 +31,18 @@ from opentelemetry.trace import NonRecordingSpan, Status, Tracer
 
 from rulvar_otel.otel import export_events
 
-__all__ = ["DiscardExporter", "Script", "capture", "new_tracer", "replay", "signature"]
+__all__ = [
+    "DiscardExporter",
+    "MetricCall",
+    "Script",
+    "capture",
+    "capture_metrics",
+    "new_tracer",
+    "replay",
+    "replay_calls",
+    "replay_metrics",
+    "signature",
+]
 
 
 class DiscardExporter(SpanExporter):
@@ -151,3 +167,91 @@ def signature(spans: Sequence[ReadableSpan]) -> list[tuple[Any, ...]]:
     ]
     rows.sort(key=repr)
     return rows
+
+
+@dataclass(frozen=True)
+class MetricCall:
+    instrument: int  # index into the captured instrument definitions
+    value: float
+    attributes: Mapping[str, Any] | None
+    context: Context | None
+
+
+class _Calls:
+    def __init__(self, calls: list[MetricCall], index: int) -> None:
+        self._calls = calls
+        self._index = index
+
+    def add(self, amount: float, attributes: Any = None, context: Context | None = None) -> None:
+        self._calls.append(MetricCall(self._index, amount, attributes, context))
+
+
+# The API's instrument classes, so the recorder drives each as it drives a real one.
+class _CaptureCounter(_Calls, metrics_api.Counter):
+    pass
+
+
+class _CaptureUpDownCounter(_Calls, metrics_api.UpDownCounter):
+    pass
+
+
+class _CaptureHistogram(_Calls, metrics_api.Histogram):
+    def record(self, amount: float, attributes: Any = None, context: Context | None = None) -> None:
+        self.add(amount, attributes, context)
+
+
+_Instrument = _CaptureCounter | _CaptureUpDownCounter | _CaptureHistogram
+_KINDS: Final = {
+    "create_counter": _CaptureCounter,
+    "create_up_down_counter": _CaptureUpDownCounter,
+    "create_histogram": _CaptureHistogram,
+}
+
+
+class _CaptureMeter:
+    """Stands in for a meter: hands out instruments that only remember how they are called."""
+
+    def __init__(self) -> None:
+        self.definitions: list[tuple[str, str, dict[str, Any]]] = []
+        self.calls: list[MetricCall] = []
+
+    def _make(self, kind: str, name: str, **kwargs: Any) -> _Instrument:
+        self.definitions.append((kind, name, kwargs))
+        return _KINDS[kind](self.calls, len(self.definitions) - 1)
+
+    def create_counter(self, name: str, **kwargs: Any) -> _Instrument:
+        return self._make("create_counter", name, **kwargs)
+
+    def create_up_down_counter(self, name: str, **kwargs: Any) -> _Instrument:
+        return self._make("create_up_down_counter", name, **kwargs)
+
+    def create_histogram(self, name: str, **kwargs: Any) -> _Instrument:
+        return self._make("create_histogram", name, **kwargs)
+
+    def create_observable_gauge(self, name: str, **kwargs: Any) -> None:
+        return None  # the recorder's collect hook: it never reports a value
+
+
+def capture_metrics(events: Sequence[Mapping[str, Any]]) -> _CaptureMeter:
+    """Export ``events`` once with metrics on a capturing meter; its definitions and calls."""
+    meter = _CaptureMeter()
+    _, tracer = new_tracer()
+    export_events(events, tracer, meter=meter)  # type: ignore[arg-type]
+    return meter
+
+
+def replay_metrics(captured: _CaptureMeter, meter: Any) -> list[tuple[Any, float, Any, Context | None]]:
+    """The captured calls bound to instruments like the captured ones on ``meter`` (SDK ones)."""
+    instruments = [getattr(meter, kind)(name, **kwargs) for kind, name, kwargs in captured.definitions]
+    methods = [
+        i.record if kind == "create_histogram" else i.add
+        for i, (kind, _, _) in zip(instruments, captured.definitions, strict=True)
+    ]
+    return [(methods[c.instrument], c.value, c.attributes, c.context) for c in captured.calls]
+
+
+def replay_calls(calls: list[tuple[Any, float, Any, Context | None]]) -> int:
+    """Make the calls :func:`replay_metrics` bound, in order: the SDK's own cost of the metrics."""
+    for method, value, attributes, context in calls:
+        method(value, attributes, context=context)
+    return len(calls)

@@ -26,8 +26,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, SpanContext, TraceFlags, TraceState
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
+from rulvar_otel.otel._pb_wire import WireMemo, request_bytes
 from rulvar_otel.otel._records import SpanRecord
 
 __all__ = ["BatchHeader", "EncodedBatch"]
@@ -37,6 +38,21 @@ __all__ = ["BatchHeader", "EncodedBatch"]
 _FLAGS: Final = 0x100
 _REMOTE_FLAGS: Final = 0x300
 _MEMO_LIMIT: Final = 8192  # entries per form; each is a few hundred bytes
+
+
+# OTLP's span kind is the API's enum value plus one (OTLP reserves 0 for "unspecified").
+_KIND_CODES: Final = {kind: kind.value + 1 for kind in SpanKind}
+_STATUS_CODES: Final = {code: code.value for code in StatusCode}
+
+
+def _json_status(status: Status) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    code = _STATUS_CODES[status.status_code]
+    if code:
+        out["code"] = code
+    if status.description:
+        out["message"] = status.description
+    return out
 
 
 class BatchHeader:
@@ -49,9 +65,14 @@ class BatchHeader:
         self.scope_pb = _encode_instrumentation_scope(scope)
         self.resource_json = json_format.MessageToDict(self.resource_pb, use_integers_for_enums=True)
         self.scope_json = json_format.MessageToDict(self.scope_pb, use_integers_for_enums=True)
-        # (key, value) -> the encoded key/value entry, per form; bounded.
+        # (key, string value) -> the encoded key/value entry, per form; bounded.
         self.pb_memo: dict[tuple[str, Any], dict[str, Any]] = {}
         self.json_memo: dict[tuple[str, Any], dict[str, Any]] = {}
+        self.resource_bytes = self.resource_pb.SerializeToString()
+        self.scope_bytes = self.scope_pb.SerializeToString()
+        self.wire_memo = WireMemo()  # the protobuf wire form's encoded pieces that repeat
+        # Status -> its OTLP/JSON object (a few shared statuses, and one per error message).
+        self.json_statuses: dict[Status, dict[str, Any]] = {}
 
 
 def _pb_value(value: Any) -> dict[str, Any]:
@@ -87,35 +108,41 @@ def _json_value(value: Any) -> dict[str, Any]:
     return {"arrayValue": {"values": values} if values else {}}
 
 
+# Only string values are memoised: they are what repeats (ids, names, statuses), and a number
+# key would conflate 1, 1.0 and True, which encode differently.
+
+
 def _pb_attributes(attributes: Any, memo: dict[tuple[str, Any], dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for item in attributes.items():
-        try:
+        value = item[1]
+        if value.__class__ is str:
             entry = memo.get(item)
-        except TypeError:  # an unhashable value (a list): encoded, not memoised
-            out.append({"key": item[0], "value": _pb_value(item[1])})
-            continue
-        if entry is None:
-            if len(memo) >= _MEMO_LIMIT:
-                memo.clear()
-            entry = memo[item] = {"key": item[0], "value": _pb_value(item[1])}
-        out.append(entry)
+            if entry is None:
+                if len(memo) >= _MEMO_LIMIT:
+                    memo.clear()
+                entry = memo[item] = {"key": item[0], "value": {"string_value": value}}
+            out.append(entry)
+        else:
+            out.append({"key": item[0], "value": _pb_value(value)})
     return out
 
 
 def _json_attributes(attributes: Any, memo: dict[tuple[str, Any], dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for item in attributes.items():
-        try:
+        value = item[1]
+        if value.__class__ is str:
             entry = memo.get(item)
-        except TypeError:
-            out.append({"key": item[0], "value": _json_value(item[1])})
-            continue
-        if entry is None:
-            if len(memo) >= _MEMO_LIMIT:
-                memo.clear()
-            entry = memo[item] = {"key": item[0], "value": _json_value(item[1])}
-        out.append(entry)
+            if entry is None:
+                if len(memo) >= _MEMO_LIMIT:
+                    memo.clear()
+                entry = memo[item] = {"key": item[0], "value": {"stringValue": value}}
+            out.append(entry)
+        elif value.__class__ is int:
+            out.append({"key": item[0], "value": {"intValue": str(value)}})
+        else:
+            out.append({"key": item[0], "value": _json_value(value)})
     return out
 
 
@@ -149,22 +176,49 @@ class EncodedBatch(Sequence[ReadableSpan]):
         return [_readable(r, header.resource, header.scope) for r in self.records]
 
     def request(self) -> ExportTraceServiceRequest:
-        """The ``ExportTraceServiceRequest`` of this batch (as ``encode_spans`` builds it); built once."""
+        """The ``ExportTraceServiceRequest`` of this batch (as ``encode_spans`` builds it); built once.
+
+        It is parsed from the batch's hand-written wire form (``_pb_wire``), much cheaper than
+        building the message field by field; should that ever fail, the message is built instead.
+        """
         if self._request is not None:
             return self._request
         header = self.header
+        try:
+            data = request_bytes(
+                self.records,
+                header.resource_bytes,
+                header.resource.schema_url,
+                header.scope_bytes,
+                header.scope.schema_url or "",
+                header.wire_memo,
+            )
+            self._request = ExportTraceServiceRequest.FromString(data)
+        except Exception:  # noqa: BLE001 - the message path below decides what is wrong
+            self._request = self._built_request()
+        return self._request
+
+    def _built_request(self) -> ExportTraceServiceRequest:
+        header = self.header
         memo = header.pb_memo
+        kinds = _KIND_CODES
+        trace_id = -1
+        trace_bytes = b""
         spans = []
         for r in self.records:
+            if r.trace_id != trace_id:
+                trace_id = r.trace_id
+                trace_bytes = trace_id.to_bytes(16, "big")
+            status = r.status
             span: dict[str, Any] = {
-                "trace_id": r.trace_id.to_bytes(16, "big"),
+                "trace_id": trace_bytes,
                 "span_id": r.span_id.to_bytes(8, "big"),
                 "name": r.name,
-                "kind": r.kind.value + 1,
+                "kind": kinds[r.kind],
                 "start_time_unix_nano": r.start_ns,
                 "end_time_unix_nano": r.end_ns,
                 "attributes": _pb_attributes(r.attributes, memo),
-                "status": {"code": r.status.status_code.value, "message": r.status.description},
+                "status": {"code": _STATUS_CODES[status.status_code], "message": status.description},
                 "flags": _REMOTE_FLAGS if r.parent_remote else _FLAGS,
             }
             if r.parent_id:
@@ -196,29 +250,36 @@ class EncodedBatch(Sequence[ReadableSpan]):
             "scope_spans": [scope_spans],
             "schema_url": header.resource.schema_url,
         }
-        self._request = ExportTraceServiceRequest(resource_spans=[resource_spans])
-        return self._request
+        return ExportTraceServiceRequest(resource_spans=[resource_spans])
 
     def otlp_json(self) -> bytes:
         """This batch as one OTLP/JSON ``ExportTraceServiceRequest`` (hex ids, no trailing newline)."""
         header = self.header
         memo = header.json_memo
+        statuses = header.json_statuses
+        kinds = _KIND_CODES
+        # An export's spans share one trace id (a host parent aside): its hex is made once.
+        trace_id = -1
+        trace_hex = ""
         spans = []
         for r in self.records:
-            status: dict[str, Any] = {}
-            code = r.status.status_code.value
-            if code:
-                status["code"] = code
-            if r.status.description:
-                status["message"] = r.status.description
+            status_json = statuses.get(r.status)
+            if status_json is None:
+                status_json = _json_status(r.status)
+                if len(statuses) >= _MEMO_LIMIT:
+                    statuses.clear()
+                statuses[r.status] = status_json
+            if r.trace_id != trace_id:
+                trace_id = r.trace_id
+                trace_hex = format(trace_id, "032x")
             span: dict[str, Any] = {
-                "traceId": format(r.trace_id, "032x"),
+                "traceId": trace_hex,
                 "spanId": format(r.span_id, "016x"),
                 "name": r.name,
-                "kind": r.kind.value + 1,
+                "kind": kinds[r.kind],
                 "startTimeUnixNano": str(r.start_ns),
                 "endTimeUnixNano": str(r.end_ns),
-                "status": status,
+                "status": status_json,
                 "flags": _REMOTE_FLAGS if r.parent_remote else _FLAGS,
             }
             if r.attributes:

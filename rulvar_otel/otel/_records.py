@@ -233,6 +233,28 @@ class RecordingTracer(Tracer):
             parent.is_valid and parent.is_remote,
         )
 
+    def start_under(
+        self, name: str, parent: SpanRecord, attributes: dict[str, Any], start_ns: int
+    ) -> SpanRecord:
+        """``start_span`` for a child of a live record: no context object, no copy of ``attributes``.
+
+        The same record ``start_span`` makes in ``parent``'s context, with the same id-generator
+        call; ``attributes`` (a fresh dict the caller hands over) becomes the record's own.
+        """
+        if self._name_limit is not None and len(name) > self._name_limit:
+            name = name[: self._name_limit]
+        return SpanRecord(
+            name,
+            parent.trace_id,
+            self.id_generator.generate_span_id(),
+            parent.span_id,
+            SpanKind.INTERNAL,
+            start_ns,
+            attributes,
+            self._on_end,
+            parent.trace_state,
+        )
+
     @contextmanager
     def start_as_current_span(self, name: str, *args: Any, **kwargs: Any) -> Iterator[Span]:  # type: ignore[override]
         span = self.start_span(name, *args, **kwargs)

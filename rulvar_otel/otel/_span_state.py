@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, Span, SpanContext
 
@@ -26,6 +27,7 @@ __all__ = [
     "SCOPE_TYPES",
     "TOOL",
     "MappedSpan",
+    "child_context",
     "end_span",
     "expand_context",
 ]
@@ -62,10 +64,19 @@ class MappedSpan:
         "start_ns",
     )
 
-    def __init__(self, span: Span, kind: int, start_ns: int, parent: MappedSpan | None, segment: int) -> None:
+    def __init__(
+        self,
+        span: Span,
+        context: SpanContext,
+        kind: int,
+        start_ns: int,
+        parent: MappedSpan | None,
+        segment: int,
+    ) -> None:
         self.span: Span | None = span
-        # Once ended, a context shaped like the export's first one shrinks to its span id.
-        self.context: SpanContext | int = span.get_span_context()
+        # ``span``'s context. Once ended, a context shaped like the export's first one shrinks to
+        # its span id.
+        self.context: SpanContext | int = context
         self.kind = kind
         self.start_ns = start_ns
         self.parent = parent
@@ -80,7 +91,7 @@ class MappedSpan:
 
 
 def _ended_invocation() -> MappedSpan:
-    rec = MappedSpan(NonRecordingSpan(INVALID_SPAN_CONTEXT), INVOCATION, 0, None, -1)
+    rec = MappedSpan(NonRecordingSpan(INVALID_SPAN_CONTEXT), INVALID_SPAN_CONTEXT, INVOCATION, 0, None, -1)
     rec.span = None
     rec.ended = True
     return rec
@@ -104,6 +115,17 @@ def expand_context(rec: MappedSpan, template: SpanContext | None) -> SpanContext
         trace_flags=template.trace_flags,
         trace_state=template.trace_state,
     )
+
+
+def child_context(parent: MappedSpan, template: SpanContext | None) -> Context:
+    """The context ``parent``'s children start in, built once per parent (and once more after it
+    ended: the ended span's context then stands for it)."""
+    context = parent.child_context
+    if context is None:
+        context = parent.child_context = trace.set_span_in_context(
+            parent.span or NonRecordingSpan(expand_context(parent, template))
+        )
+    return context
 
 
 def end_span(rec: MappedSpan, span: Span, ns: int, template: SpanContext | None) -> None:

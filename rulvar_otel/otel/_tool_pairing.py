@@ -8,7 +8,7 @@ span state machine (``_mapper``) asks it and never reads the indexes itself.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from rulvar_otel.otel._span_state import MappedSpan
@@ -49,14 +49,16 @@ class ToolPairing:
         self._ordinal += 1
         return f"tool:{owner_key}:#{self._ordinal}"
 
-    def opened(self, rec: MappedSpan, event: Mapping[str, Any]) -> None:
-        owner_key, id_key = tool_keys(event)
+    def opened(
+        self, rec: MappedSpan, owner_key: str, id_key: tuple[str, str] | None, event: Mapping[str, Any]
+    ) -> None:
+        """Index a new tool span under the keys :func:`tool_keys` gave for its start."""
         if id_key is not None:
             self._by_id[id_key] = rec
         else:
             self._fifo.setdefault(_fifo_key(owner_key, event), deque()).append(rec)
 
-    def closing(self, event: Mapping[str, Any], is_open: Callable[[MappedSpan], bool]) -> MappedSpan | None:
+    def closing(self, event: Mapping[str, Any]) -> MappedSpan | None:
         """The open span a ``tool:end`` closes, taken out of the indexes (None: an orphan end)."""
         owner_key, id_key = tool_keys(event)
         rec: MappedSpan | None = None
@@ -68,6 +70,6 @@ class ToolPairing:
             queue = self._fifo.get(_fifo_key(owner_key, event))
             while queue:
                 candidate = queue.popleft()
-                if is_open(candidate):
+                if not candidate.ended and candidate.pending_end is None:
                     return candidate
         return rec

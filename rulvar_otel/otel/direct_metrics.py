@@ -93,6 +93,8 @@ _OVERFLOW_KEY: Final[_Key] = ((semconv.METRIC_OVERFLOW, True),)
 
 # One exemplar: (value, time ns, trace id, span id) of the span the observation belongs to.
 _Exemplar = tuple[float, int, int, int]
+# An exemplar still waiting in a batch: its span's ids are read only if it stays its bucket's latest.
+_Offered = tuple[float, int, SpanContext]
 
 
 @dataclass(slots=True)
@@ -129,7 +131,7 @@ class _Series:
     cache: dict[_Raw, _Key] = field(default_factory=dict)
     raw_sums: dict[_Raw, float] = field(default_factory=dict)
     pending: dict[_Raw, list[float]] = field(default_factory=dict)
-    pending_exemplars: dict[_Raw, list[_Exemplar]] = field(default_factory=dict)
+    pending_exemplars: dict[_Raw, list[_Offered]] = field(default_factory=dict)
     waiting: int = 0
 
 
@@ -213,14 +215,17 @@ class MetricsAggregator:
                 if not observations:
                     continue
                 if series.histogram:
-                    pending = series.pending
+                    pending, offered = series.pending, series.pending_exemplars
                     for value, raw in observations:
                         values = pending.get(raw)
                         if values is None:
                             values = pending[raw] = []
                         values.append(value)
                         if span is not None:
-                            _offer_exemplar(series, raw, value, span)
+                            waiting = offered.get(raw)
+                            if waiting is None:
+                                waiting = offered[raw] = []
+                            waiting.append((value, time.time_ns(), span))
                     series.waiting += len(observations)
                     if series.waiting >= _PENDING_LIMIT:
                         self._settle(series)
@@ -269,9 +274,9 @@ class MetricsAggregator:
                 found.count += len(kept)
                 found.low = min(found.low, min(kept))
                 found.high = max(found.high, max(kept))
-                for exemplar in series.pending_exemplars.get(raw, ()):
-                    if exemplar[0] >= 0:
-                        found.exemplars[bisect_left(bounds, exemplar[0])] = exemplar
+                offered = series.pending_exemplars.get(raw)
+                if offered:
+                    _keep_exemplars(found.exemplars, bounds, offered)
             series.pending = {}
             series.pending_exemplars = {}
             series.waiting = 0
@@ -344,14 +349,14 @@ class MetricsAggregator:
         return MetricsData([ResourceMetrics(self.resource, [scope_metrics], self.resource.schema_url)])
 
 
-def _offer_exemplar(series: _Series, raw: _Raw, value: float, span: SpanContext) -> None:
-    """Keep ``span`` as the exemplar of one observation (settled into its bucket with the value)."""
-    if not span.is_valid:
-        return
-    waiting = series.pending_exemplars.get(raw)
-    if waiting is None:
-        waiting = series.pending_exemplars[raw] = []
-    waiting.append((value, time.time_ns(), span.trace_id, span.span_id))
+def _keep_exemplars(kept: dict[int, _Exemplar], bounds: tuple[float, ...], offered: list[_Offered]) -> None:
+    """Each bucket keeps its latest exemplar of a valid span (the SDK's aligned-bucket reservoir)."""
+    latest: dict[int, _Offered] = {}
+    for item in offered:
+        if item[0] >= 0 and item[2].is_valid:
+            latest[bisect_left(bounds, item[0])] = item
+    for bucket, (value, ts, span) in latest.items():
+        kept[bucket] = (value, ts, span.trace_id, span.span_id)
 
 
 def _exemplars(buckets: _Buckets) -> list[Exemplar]:

@@ -164,7 +164,15 @@ class FoldState:
         """Move the state past one live event (called after that event's folds ran)."""
         self._shared_event = None
         kind = event.get("type")
-        if kind == "run:start":
+        # The calls of a live agent first: they are most of a stream's folded events.
+        if kind == "agent:phase:end" or kind == "tool:end":
+            span_id = event.get("spanId")
+            if isinstance(span_id, str) and self.agents.get(span_id) is not None:
+                counts = self.agent_calls.get(span_id)
+                if counts is None:
+                    counts = self.agent_calls[span_id] = [0, 0]
+                counts[0 if kind == "agent:phase:end" else 1] += 1
+        elif kind == "run:start":
             self.workflow = _str(event.get("workflow"), self.workflow)
             self.run_start_ts = _ts(event.get("ts"))
         elif kind == "agent:start":
@@ -178,13 +186,6 @@ class FoldState:
             span_id = event.get("spanId")
             if isinstance(span_id, str):
                 self.agent_calls.pop(span_id, None)
-        elif kind == "agent:phase:end" or kind == "tool:end":
-            span_id = event.get("spanId")
-            if isinstance(span_id, str) and self.agents.get(span_id) is not None:
-                counts = self.agent_calls.get(span_id)
-                if counts is None:
-                    counts = self.agent_calls[span_id] = [0, 0]
-                counts[0 if kind == "agent:phase:end" else 1] += 1
         elif kind == "spawn:admitted":
             self.spawns_admitted += 1
             task = event.get("logicalTaskId")
@@ -415,13 +416,21 @@ def fold_agent_errors(state: FoldState, event: Mapping[str, Any]) -> Sequence[Ob
     )
 
 
+_TOOL_OUTCOMES: Final = EVENT_FACTS["tool:end"]["outcome"].values
+_TOOL_GUARDS: Final = EVENT_FACTS["tool:end"]["guard"].values
+
+
 def _build_tool_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str, str, str]:
+    # _enum for the two enum labels, with their value sets bound once: this runs per tool call.
+    get = event.get
+    outcome = _str(get("outcome"))
+    guard = _str(get("guard"), NONE)
     return (
         state.workflow,
-        _str(event.get("toolName")),
-        _enum(event, "tool:end", "outcome"),
-        _enum(event, "tool:end", "guard", NONE),
-        _str(event.get("decidedBy"), NONE),
+        _str(get("toolName")),
+        outcome if outcome == UNKNOWN or outcome in _TOOL_OUTCOMES else OTHER,
+        guard if guard == NONE or guard in _TOOL_GUARDS else OTHER,
+        _str(get("decidedBy"), NONE),
     )
 
 
