@@ -92,6 +92,7 @@ def test_the_wire_form_parses_into_the_message_built_field_by_field() -> None:
         header.scope_bytes,
         "https://s",
         header.wire_memo,
+        header.wire_statuses,
     )
     assert ExportTraceServiceRequest.FromString(wire) == built  # the wire path itself, no fallback
     assert batch.request().SerializeToString() == built.SerializeToString()

@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
-from rulvar_otel.otel._pb_wire import WireMemo, request_bytes
+from rulvar_otel.otel._pb_wire import request_bytes
 from rulvar_otel.otel._records import SpanRecord
 
 __all__ = ["BatchHeader", "EncodedBatch"]
@@ -70,7 +70,9 @@ class BatchHeader:
         self.json_memo: dict[tuple[str, Any], dict[str, Any]] = {}
         self.resource_bytes = self.resource_pb.SerializeToString()
         self.scope_bytes = self.scope_pb.SerializeToString()
-        self.wire_memo = WireMemo()  # the protobuf wire form's encoded pieces that repeat
+        # (key, string value) -> an encoded KeyValue, and Status -> an encoded status field.
+        self.wire_memo: dict[Any, bytes] = {}
+        self.wire_statuses: dict[Status, bytes] = {}
         # Status -> its OTLP/JSON object (a few shared statuses, and one per error message).
         self.json_statuses: dict[Status, dict[str, Any]] = {}
 
@@ -192,6 +194,7 @@ class EncodedBatch(Sequence[ReadableSpan]):
                 header.scope_bytes,
                 header.scope.schema_url or "",
                 header.wire_memo,
+                header.wire_statuses,
             )
             self._request = ExportTraceServiceRequest.FromString(data)
         except Exception:  # noqa: BLE001 - the message path below decides what is wrong

@@ -18,7 +18,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from rulvar_otel.otel._records import SpanRecord
 
-__all__ = ["WireMemo", "request_bytes"]
+__all__ = ["request_bytes"]
 
 _MEMO_LIMIT: Final = 8192
 _FLAGS: Final = 0x100  # SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
@@ -104,29 +104,7 @@ def _status(status: Status) -> bytes:
     return _field(b"\x7a", body)
 
 
-class WireMemo:
-    """One export's encoded pieces that repeat, each memo bounded: key/value entries with a string
-    value, status fields, span names and span event names."""
-
-    __slots__ = ("entries", "event_names", "span_names", "statuses")
-
-    def __init__(self) -> None:
-        self.entries: dict[Any, bytes] = {}
-        self.statuses: dict[Status, bytes] = {}
-        self.span_names: dict[str, bytes] = {}
-        self.event_names: dict[str, bytes] = {}
-
-
-def _remember(memo: dict[str, bytes], key: str, encoded: bytes) -> bytes:
-    if len(memo) >= _MEMO_LIMIT:
-        memo.clear()
-    memo[key] = encoded
-    return encoded
-
-
-def _span(r: SpanRecord, trace_field: bytes, memos: WireMemo) -> bytes:
-    memo, statuses = memos.entries, memos.statuses
-    names, event_names = memos.span_names, memos.event_names
+def _span(r: SpanRecord, trace_field: bytes, memo: dict[Any, bytes], statuses: dict[Status, bytes]) -> bytes:
     out = bytearray(trace_field)
     out += b"\x12\x08"
     out += r.span_id.to_bytes(8, "big")
@@ -135,10 +113,7 @@ def _span(r: SpanRecord, trace_field: bytes, memos: WireMemo) -> bytes:
     if r.parent_id:
         out += b"\x22\x08"
         out += r.parent_id.to_bytes(8, "big")
-    name_field = names.get(r.name)
-    if name_field is None:
-        name_field = _remember(names, r.name, _field(b"\x2a", r.name.encode()))
-    out += name_field
+    out += _field(b"\x2a", r.name.encode())
     out += b"\x30"
     out += _varint(_KIND_CODES[r.kind])
     out += b"\x39"
@@ -151,10 +126,7 @@ def _span(r: SpanRecord, trace_field: bytes, memos: WireMemo) -> bytes:
     for name, ts, attrs in r.events:
         event = bytearray(b"\x09")
         event += _Q(ts)
-        event_name = event_names.get(name)
-        if event_name is None:
-            event_name = _remember(event_names, name, _field(b"\x12", name.encode()))
-        event += event_name
+        event += _field(b"\x12", name.encode())
         _attributes(event, b"\x1a", attrs, memo)
         out += _field(b"\x5a", bytes(event))
     if r.dropped_events:
@@ -178,12 +150,13 @@ def request_bytes(
     resource_schema: str,
     scope: bytes,
     scope_schema: str,
-    memo: WireMemo,
+    memo: dict[Any, bytes],
+    statuses: dict[Status, bytes],
 ) -> bytes:
     """The serialised ``ExportTraceServiceRequest`` of ``records`` under one resource and scope.
 
     ``resource`` and ``scope`` are the serialised ``Resource`` and ``InstrumentationScope``
-    messages; ``memo`` holds the export's encoded pieces that repeat.
+    messages; ``memo`` and ``statuses`` are the export's memos of encoded entries.
     """
     trace_id = -1
     trace_field = b""
@@ -192,7 +165,7 @@ def request_bytes(
         if r.trace_id != trace_id:
             trace_id = r.trace_id
             trace_field = b"\x0a\x10" + trace_id.to_bytes(16, "big")
-        scope_spans += _field(b"\x12", _span(r, trace_field, memo))
+        scope_spans += _field(b"\x12", _span(r, trace_field, memo, statuses))
     if scope_schema:
         scope_spans += _field(b"\x1a", scope_schema.encode())
     resource_spans = _field(b"\x0a", resource) + _field(b"\x12", bytes(scope_spans))
