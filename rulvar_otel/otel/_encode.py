@@ -28,7 +28,6 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
-from rulvar_otel.otel._pb_wire import request_bytes
 from rulvar_otel.otel._records import SpanRecord
 
 __all__ = ["BatchHeader", "EncodedBatch"]
@@ -68,11 +67,6 @@ class BatchHeader:
         # (key, string value) -> the encoded key/value entry, per form; bounded.
         self.pb_memo: dict[tuple[str, Any], dict[str, Any]] = {}
         self.json_memo: dict[tuple[str, Any], dict[str, Any]] = {}
-        self.resource_bytes = self.resource_pb.SerializeToString()
-        self.scope_bytes = self.scope_pb.SerializeToString()
-        # (key, string value) -> an encoded KeyValue, and Status -> an encoded status field.
-        self.wire_memo: dict[Any, bytes] = {}
-        self.wire_statuses: dict[Status, bytes] = {}
         # Status -> its OTLP/JSON object (a few shared statuses, and one per error message).
         self.json_statuses: dict[Status, dict[str, Any]] = {}
 
@@ -178,30 +172,9 @@ class EncodedBatch(Sequence[ReadableSpan]):
         return [_readable(r, header.resource, header.scope) for r in self.records]
 
     def request(self) -> ExportTraceServiceRequest:
-        """The ``ExportTraceServiceRequest`` of this batch (as ``encode_spans`` builds it); built once.
-
-        It is parsed from the batch's hand-written wire form (``_pb_wire``), much cheaper than
-        building the message field by field; should that ever fail, the message is built instead.
-        """
+        """The ``ExportTraceServiceRequest`` of this batch (as ``encode_spans`` builds it); built once."""
         if self._request is not None:
             return self._request
-        header = self.header
-        try:
-            data = request_bytes(
-                self.records,
-                header.resource_bytes,
-                header.resource.schema_url,
-                header.scope_bytes,
-                header.scope.schema_url or "",
-                header.wire_memo,
-                header.wire_statuses,
-            )
-            self._request = ExportTraceServiceRequest.FromString(data)
-        except Exception:  # noqa: BLE001 - the message path below decides what is wrong
-            self._request = self._built_request()
-        return self._request
-
-    def _built_request(self) -> ExportTraceServiceRequest:
         header = self.header
         memo = header.pb_memo
         kinds = _KIND_CODES
@@ -253,7 +226,8 @@ class EncodedBatch(Sequence[ReadableSpan]):
             "scope_spans": [scope_spans],
             "schema_url": header.resource.schema_url,
         }
-        return ExportTraceServiceRequest(resource_spans=[resource_spans])
+        self._request = ExportTraceServiceRequest(resource_spans=[resource_spans])
+        return self._request
 
     def otlp_json(self) -> bytes:
         """This batch as one OTLP/JSON ``ExportTraceServiceRequest`` (hex ids, no trailing newline)."""
