@@ -38,7 +38,7 @@ from prometheus_client.registry import Collector
 from rulvar_otel.core.masking import compile_secret_masker, redact_url
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.export._options import ExportOptions
-from rulvar_otel.export._settings import read_headers, read_millis, resolve_protocol
+from rulvar_otel.export._settings import read_headers, read_millis, resolve_protocol, with_signal_path
 from rulvar_otel.export._transport import (
     MAX_RESPONSE_BYTES,
     BoundedHttpTransport,
@@ -302,7 +302,7 @@ def _otlp_exporter(
 
     endpoint = setup.otlp_endpoint
     if urlparse(endpoint).path in ("", "/"):
-        endpoint = endpoint.rstrip("/") + _DEFAULT_HTTP_PATH
+        endpoint = with_signal_path(endpoint, _DEFAULT_HTTP_PATH)
     verify, cert = tls_settings(os.environ, "METRICS")
     transport = BoundedHttpTransport(
         ExportMetricsServiceResponse,
