@@ -99,16 +99,20 @@ View: TypeAlias = tuple[tuple[re.Pattern[str], str], ...]
 MAX_VIEW_PIECES: Final = 100_000
 
 _SANITIZED: Final[View] = ((_INVISIBLE_RUN, ""), (_CONTROL_RUN, " "))
-# What a reader sees; then each control sequence blanked on its own (an OSC payload, hidden from
-# the reader, is still text that must not keep a key); then each control character blanked (a
-# CSI's final byte can be a key's first letter: "\x9b ghp_..." is CSI "\x9b g").
+# What a reader sees; the same with the sequences removed, as a terminal shows them (a password
+# split by "\x1b[0m" reads whole, and a space would end a URL's userinfo); then each control
+# sequence blanked on its own (an OSC payload, hidden from the reader, is still text that must not
+# keep a key); then each control character blanked (a CSI's final byte can be a key's first
+# letter: "\x9b ghp_..." is CSI "\x9b g").
 CONTROL_VIEWS: Final[tuple[View, ...]] = (
     _SANITIZED,
+    ((_INVISIBLE_RUN, ""), (_CONTROL_RUN, "")),
     ((_INVISIBLE_RUN, ""), (_CONTROL_ONE, " ")),
     ((_INVISIBLE_RUN, ""), (_CONTROL_CHAR, " ")),
 )
 C0_VIEWS: Final[tuple[View, ...]] = (((_C0_RUN, " "),),)
-ESCAPE_VIEWS: Final[tuple[View, ...]] = (((_ESCAPED, " "),),)
+# Escapes written out as text, blanked, and removed (as decoding the JSON then printing shows them).
+ESCAPE_VIEWS: Final[tuple[View, ...]] = (((_ESCAPED, " "),), ((_ESCAPED, ""),))
 
 
 def sanitize_terminal_text(text: str) -> str:
