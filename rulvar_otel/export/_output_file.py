@@ -14,6 +14,7 @@ import errno
 import os
 import stat
 import tempfile
+import weakref
 from pathlib import Path
 from typing import IO, Final
 
@@ -28,18 +29,30 @@ _MAX_LINKS: Final = 40
 class OpenedOutput:
     """An open output: ``stream`` to write, and where the temporary file goes once it is complete."""
 
-    __slots__ = ("replace_at", "stream", "temp")
+    __slots__ = ("__weakref__", "_leftover", "replace_at", "stream", "temp")
 
     def __init__(self, stream: IO[bytes], temp: Path | None = None, replace_at: Path | None = None) -> None:
         self.stream = stream
         self.temp = temp  # None: written in place
         self.replace_at = replace_at
+        # A temporary file neither committed nor discarded (a second Ctrl-C abandons the export
+        # mid-flush) is removed at exit at the latest: it never outlives the process.
+        self._leftover = weakref.finalize(self, _remove_quietly, temp) if temp is not None else None
 
     def commit(self) -> None:
         """Rename the temporary file over its target (nothing for an output written in place)."""
         if self.temp is not None and self.replace_at is not None:
             os.replace(self.temp, self.replace_at)
             self.temp = None
+            if self._leftover is not None:
+                self._leftover.detach()
+
+
+def _remove_quietly(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass  # already removed (discarded), or its directory is gone
 
 
 def open_output(path: Path, *, atomic: bool) -> OpenedOutput:
