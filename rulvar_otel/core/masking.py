@@ -193,14 +193,21 @@ class SecretMasker:
     the bound without timing anything.
     """
 
-    __slots__ = ("_cache", "_min_length", "_prefilter", "_programs", "patterns", "work")
+    __slots__ = ("_cache", "_min_length", "_prefilter", "_prefilter_no_at", "_programs", "patterns", "work")
 
     def __init__(
-        self, programs: Sequence[tuple[Any, int]], patterns: tuple[str, ...], prefilter: Any = None
+        self,
+        programs: Sequence[tuple[Any, int]],
+        patterns: tuple[str, ...],
+        prefilter: Any = None,
+        prefilter_no_at: Any = None,
     ) -> None:
         self._programs = tuple(programs)
         self.patterns = patterns
         self._prefilter = prefilter
+        # The same without the userinfo pattern, for text without an "@" (most text): a URL
+        # scheme can start at any letter, which slows the combined scan.
+        self._prefilter_no_at = prefilter_no_at if prefilter_no_at is not None else prefilter
         self._cache: dict[str, str | None] = {}
         self.work = 0
         # No default credential shape is shorter than this, so shorter strings (most ids, names
@@ -297,11 +304,12 @@ class SecretMasker:
         n = len(data)
         work = n
         budget = WORK_PER_BYTE * n + _WORK_FLOOR
-        if self._prefilter is not None and self._prefilter.Match(_UNANCHORED, data, 0, n)[0][0] < 0:
+        no_at = b"@" not in data
+        prefilter = self._prefilter_no_at if no_at else self._prefilter
+        if prefilter is not None and prefilter.Match(_UNANCHORED, data, 0, n)[0][0] < 0:
             self.work += work
             return []
         spans: list[tuple[int, int]] = []
-        no_at = b"@" not in data
         for index, (program, group) in enumerate(self._programs):
             if index == _USERINFO_INDEX and no_at:
                 continue  # userinfo always ends with "@"
@@ -393,7 +401,8 @@ def compile_secret_masker(patterns: Iterable[str] | None = None) -> SecretMasker
             host.append(pattern)
             sources.append(source)
             programs.append(program)
-    return SecretMasker(programs, tuple(host), _prefilter(sources))
+    without_userinfo = sources[:_USERINFO_INDEX] + sources[_USERINFO_INDEX + 1 :]
+    return SecretMasker(programs, tuple(host), _prefilter(sources), _prefilter(without_userinfo))
 
 
 def _prefilter(sources: Sequence[str]) -> Any:
