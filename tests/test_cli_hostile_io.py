@@ -23,7 +23,14 @@ import pytest
 from typer.testing import CliRunner
 
 from rulvar_otel.cli import app
-from tests._support import STREAMS, GrpcTraceReceiver, closed_port, otlp_file_spans
+from tests._support import (
+    STREAMS,
+    GrpcAnswer,
+    GrpcTraceReceiver,
+    HostileGrpcReceiver,
+    closed_port,
+    otlp_file_spans,
+)
 
 pytestmark = [pytest.mark.usefixtures("otel_env_cleared"), pytest.mark.timeout(120)]
 
@@ -341,3 +348,60 @@ def test_closed_stdout_with_a_tree_fails_with_exit_1_and_a_message(tmp_path: Pat
     assert done.returncode == 1, done.stderr
     assert "cannot write the span tree to stdout: stdout is closed" in done.stderr
     assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
+
+
+def test_a_second_ctrl_c_during_the_flush_removes_the_temporary_file_and_keeps_earlier_output(
+    tmp_path: Path,
+) -> None:
+    """The first Ctrl-C ends the read and starts the flush (to a receiver that never answers);
+    the second abandons it: the earlier file stays exactly as it was, and no temporary file
+    remains beside it."""
+    target = tmp_path / "partial.jsonl"
+    target.write_bytes(b'{"resourceSpans": []}\n')
+    os.utime(target, ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
+    before = (target.read_bytes(), target.stat().st_mtime_ns)
+    with HostileGrpcReceiver(GrpcAnswer.STALL) as receiver:
+        process = subprocess.Popen(
+            [
+                *ENTRY,
+                "export",
+                "-",
+                "--progress",
+                "lines",
+                "--no-tree",
+                "--out",
+                str(target),
+                "--endpoint",
+                receiver.endpoint,
+                "--protocol",
+                "grpc",
+                "--export-timeout",
+                "60",
+            ],
+            stdin=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            env=_env(),
+            cwd=tmp_path,
+        )
+        assert process.stdin is not None
+        stream = (STREAMS / "tools.jsonl").read_text(encoding="utf-8").splitlines()
+        process.stdin.write("\n".join(stream[:20]) + "\n")
+        process.stdin.flush()
+        try:
+            _wait_for_line(process, "tool search")
+            process.send_signal(signal.SIGINT)  # ends the read; the flush reaches the receiver
+            deadline = time.monotonic() + 30
+            while receiver.requests == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert receiver.requests >= 1
+            process.send_signal(signal.SIGINT)  # abandons the flush
+            _, err = process.communicate(timeout=30)
+        finally:
+            process.kill()
+    assert process.returncode == 130, err
+    assert "Traceback" not in err
+    assert (target.read_bytes(), target.stat().st_mtime_ns) == before
+    leftovers = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".partial.jsonl."))
+    assert leftovers == [], "a temporary file was left behind"

@@ -84,7 +84,8 @@ def test_inspect_prints_planted_secrets_and_controls_only_masked(tmp_path: Path)
     out, err = io.StringIO(), io.StringIO()
     assert run_inspect(str(stream), as_json=False, out=out, err=err) == EXIT_OK
     printed = out.getvalue()
-    assert "label" in printed
+    # The label is free text: never printed; the agent type and model are, masked.
+    assert "label" not in printed and "[masked-secret]" in printed
     assert SECRET not in printed and "\x1b" not in printed and "\x07" not in printed
 
 

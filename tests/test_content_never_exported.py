@@ -223,16 +223,7 @@ def _outputs(events: list[dict[str, Any]]) -> dict[str, str]:
         "span tree": tree.getvalue(),
         "metric labels": "\n".join(labels),
     }
-    out.update(_inspect_outputs([_without_inspect_gaps(e) for e in events]))
-    return out
-
-
-def _without_inspect_gaps(event: dict[str, Any]) -> dict[str, Any]:
-    """The two fields inspect still prints as they come (pinned by the xfail tests below); every
-    other field reaches inspect planted."""
-    out = {k: v for k, v in event.items() if k != "label"}
-    if out.get("type") == "agent:phase:end" and out.get("outcome") not in ("ok", "error"):
-        out["outcome"] = "error"
+    out.update(_inspect_outputs(events))
     return out
 
 
@@ -248,10 +239,6 @@ def _inspect_outputs(events: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the invocation table (core reducers) carries agent labels into inspect; not yet fixed",
-)
 def test_inspect_never_prints_an_agent_label() -> None:
     label = marker()
     events = [
@@ -263,10 +250,6 @@ def test_inspect_never_prints_an_agent_label() -> None:
     _assert_no_marker(_inspect_outputs(events))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the invocation table (core reducers) prints a phase outcome outside its enum; not yet fixed",
-)
 def test_inspect_never_prints_a_phase_outcome_outside_its_enum() -> None:
     events = [
         ev("run:start", 0, "s0", workflow="wf"),

@@ -6,6 +6,7 @@ import io
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from rulvar_otel.cli import app
@@ -58,8 +59,8 @@ def test_truncated_stream_shows_open_rows_and_absent_figures(tmp_path: Path) -> 
 def test_hostile_and_secret_strings_are_masked_and_sanitized(tmp_path: Path) -> None:
     evs = events("minimal")
     for event in evs:
-        if event["type"] == "agent:start":
-            event["label"] = "bad\x1b[2J\nrow sk-abcdefghijklmnopqrstuvwx item-7"
+        if event["type"] in ("agent:start", "agent:end"):
+            event["agentType"] = "bad\x1b[2J\nrow sk-abcdefghijklmnopqrstuvwx item-7"
     path = tmp_path / "s.jsonl"
     path.write_text("".join(json.dumps(e) + "\n" for e in evs))
     code, out, _ = _run(path, as_json=False, patterns=[r"item-\d"])
@@ -68,8 +69,8 @@ def test_hostile_and_secret_strings_are_masked_and_sanitized(tmp_path: Path) -> 
     code, out, _ = _run(path, as_json=True, patterns=[r"item-\d"])
     # Sanitized before encoding, as every output: no escape survives, not even JSON-escaped.
     assert "\\u001b" not in out and "\x1b" not in out and "sk-abc" not in out
-    label = json.loads(out)["invocationTable"]["agents"][0]["label"]
-    assert label == f"bad row {MASKED_SECRET} {MASKED_SECRET}"
+    agent_type = json.loads(out)["invocationTable"]["agents"][0]["agentType"]
+    assert agent_type == f"bad row {MASKED_SECRET} {MASKED_SECRET}"
 
 
 def test_bad_input_is_a_clear_error_with_exit_code_2(tmp_path: Path) -> None:
@@ -124,3 +125,92 @@ def test_an_agent_without_type_or_label_reads_anon() -> None:
     _, out, _ = _run(STREAMS / "orchestrate.jsonl", as_json=False)
     row = next(line for line in out.splitlines() if line.strip().startswith("s1 "))
     assert row.split()[1] == "(anon)"
+
+
+# --- hostile input: only allow-listed facts print, and only masked --------------------------
+
+MARK = "QzqInspect"
+# Each credential and the part of it that must never print.
+PLANTED_SECRETS = {
+    "openai key": ("sk-proj-AbCdEfGhIjKlMnOpQrSt1234", "AbCdEfGhIjKlMnOpQrSt1234"),
+    "bearer token": ("Bearer abcdefghijklmnopqrstuvwxyz012345", "abcdefghijklmnopqrstuvwxyz012345"),
+    "URL userinfo": ("https://alice:Hunter2Pass@example.com/x", "Hunter2Pass"),
+}
+WRAPS = {
+    "plain": "{}",
+    "SGR": "\x1b[31m{}\x1b[0m",
+    "C1 CSI": "\x9b{}",
+    "OSC title": "\x1b]0;{}\x07",
+    "bidi": "\u202e{}\u202c",
+    "newline": "x\n{}",
+}
+CONTROLS = ("\x1b", "\x07", "\x9b", "\u202e", "\\u001b", "\\u009b", "\\u202e", "\\u0007")
+
+
+def _hostile_orchestrate(value: str) -> list[dict[str, object]]:
+    """The orchestrate stream with ``value`` in every string fact inspect prints, and content
+    markers in the fields and shapes it must not print (labels, unknown fields and types, enum
+    fields outside their enum, unlisted usage and tool-budget members)."""
+    out: list[dict[str, object]] = []
+    for event in events("orchestrate"):
+        kind = str(event["type"])
+        if kind.startswith("agent:"):
+            event["label"] = f"{MARK}-label {value}"
+            event["notes"] = {"text": f"{MARK}-nested", "items": [f"{MARK}-item", {"content": value}]}
+            if event["spanId"] == "s5":
+                event.update(agentType=value, model=value, role=value)
+        if kind == "agent:end":
+            event["status"] = value
+            event["usage"] = {"inputTokens": 3, f"{MARK}-usage": 4, "outputTokens": f"{MARK}-n"}
+            event["toolBudget"] = {"used": 1, "cap": f"{MARK}-cap", "limiter": f"{MARK}-lim", "why": value}
+        if kind == "agent:phase:end" and event["spanId"] == "s9":
+            event["outcome"] = f"{MARK}-outcome {value}"
+        if kind.startswith("tool:"):
+            event["toolName"] = value
+        out.append(event)
+    out.insert(3, {**out[2], "type": f"x:{MARK}-type", "label": value, MARK: value})
+    return out
+
+
+def _assert_nothing_escapes(out: str, body: str) -> None:
+    assert body not in out
+    assert MARK not in out
+    assert not [c for c in CONTROLS if c in out]
+
+
+@pytest.mark.parametrize("wrap", WRAPS)
+@pytest.mark.parametrize("secret", PLANTED_SECRETS)
+def test_planted_secrets_controls_and_content_never_print(tmp_path: Path, secret: str, wrap: str) -> None:
+    value, body = PLANTED_SECRETS[secret]
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in _hostile_orchestrate(WRAPS[wrap].format(value))))
+    code, text, err = _run(path, as_json=False)
+    assert code == 0, err
+    _assert_nothing_escapes(text + err, body)
+    assert "Invocation table" in text and "post-fan-in: coordination tools" in text
+    code, out, err = _run(path, as_json=True)
+    assert code == 0, err
+    _assert_nothing_escapes(out + err, body)
+    doc = json.loads(out)
+    worker = next(a for a in doc["invocationTable"]["agents"] if a["spanId"] == "s5")
+    assert "label" not in worker and "notes" not in worker
+    assert worker["usage"] == {"inputTokens": 3} and worker["toolBudget"] == {"used": 1}
+    assert all(
+        "outcome" not in phase
+        for a in doc["invocationTable"]["agents"]
+        if a["spanId"] == "s9"
+        for phase in a["phases"]
+    )
+
+
+def test_cells_side_by_side_are_masked_as_the_line_reads(tmp_path: Path) -> None:
+    """Two cells that each hold nothing secret can make a credential on one line."""
+    evs = events("minimal")
+    for event in evs:
+        if event["type"] in ("agent:start", "agent:end"):
+            event.update(agentType="Authorization:", role="hunter2SecretValue")
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in evs))
+    code, out, _ = _run(path, as_json=False)
+    assert code == 0
+    assert "hunter2SecretValue" not in out and MASKED_SECRET in out

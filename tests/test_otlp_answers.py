@@ -268,3 +268,40 @@ def test_one_ctrl_c_ends_a_metrics_export_stuck_on_a_stalled_receiver(tmp_path: 
     assert process.returncode == 130, err  # interrupted, though metrics were lost
     assert "interrupted before the receiver answered" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("pipeline", PIPELINES)
+def test_a_grpc_answer_inflating_past_the_bound_is_refused_not_read(pipeline: str) -> None:
+    """A gzip-compressed gRPC answer of kilobytes that inflates to 3 MiB: the channel's receive
+    bound (1 MiB) refuses it; the export fails, nothing claims delivery."""
+    with HostileGrpcReceiver(GrpcAnswer.HUGE) as receiver:
+        code, text, elapsed = _export(receiver.endpoint, "grpc", pipeline, "--export-timeout", "3")
+        assert receiver.requests >= 1
+    assert code == 1, text
+    assert "RESOURCE_EXHAUSTED" in text and "larger than max" in text
+    assert "exported" not in text and "zzzz" not in text
+    assert elapsed < 20, elapsed
+
+
+@pytest.mark.timeout(60)
+def test_a_grpc_metrics_answer_inflating_past_the_bound_is_a_metrics_failure(tmp_path: Path) -> None:
+    with HostileGrpcReceiver(GrpcAnswer.HUGE) as receiver:
+        code, out, err = run_cli(
+            "export",
+            str(STREAMS / f"{STREAM}.jsonl"),
+            "--out",
+            str(tmp_path / "spans.jsonl"),
+            "--metrics-endpoint",
+            receiver.endpoint,
+            "--protocol",
+            "grpc",
+            "--export-timeout",
+            "3",
+            "--progress",
+            "off",
+            "--no-tree",
+        )
+    text = out + err
+    assert code == 1, text
+    assert "zzzz" not in text

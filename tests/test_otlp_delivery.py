@@ -28,6 +28,7 @@ from rulvar_otel.export import (
     resolve_otlp_target,
     resolve_service_name,
 )
+from rulvar_otel.export._settings import with_signal_path
 from rulvar_otel.otel.exporter import export_events
 from tests._support import (
     REFERENCE,
@@ -392,3 +393,21 @@ def test_bad_queue_settings_are_config_errors(tmp_path: Path) -> None:
 def test_unwritable_out_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot write"):
         build_trace_delivery(ExportOptions(out=tmp_path / "missing-dir" / "x.jsonl"), environ={})
+
+
+@pytest.mark.parametrize(
+    ("base", "expected"),
+    [
+        ("http://h:4318/base?x=1", "http://h:4318/base/v1/traces?x=1"),
+        ("http://h:4318/base/?x=1&y=2#frag", "http://h:4318/base/v1/traces?x=1&y=2#frag"),
+        ("http://h:4318?x=1", "http://h:4318/v1/traces?x=1"),
+        ("http://h:4318", "http://h:4318/v1/traces"),
+    ],
+)
+def test_the_signal_path_goes_before_a_base_endpoints_query(base: str, expected: str) -> None:
+    target = resolve_otlp_target(
+        ExportOptions(protocol="http/protobuf"), environ={"OTEL_EXPORTER_OTLP_ENDPOINT": base}
+    )
+    assert target is not None and target.endpoint == expected
+    metrics = expected.replace("/v1/traces", "/v1/metrics")
+    assert with_signal_path(base, "/v1/metrics") == metrics

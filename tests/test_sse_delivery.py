@@ -220,3 +220,52 @@ async def test_a_run_the_server_calls_running_but_unsettled_is_reported_as_such(
     assert "terminalUnavailable: unsettled" in message and "6 streamed events" in message
     assert "without a run:end" not in message
     json.dumps(status)
+
+
+class _GzipBombStream(RulvarTestServer):
+    """``GET .../events`` answers a gzip-encoded stream of kilobytes that inflates to 64 MiB of one
+    frame's data line; the status route answers 404."""
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = await reader.readuntil(b"\r\n\r\n")
+        target = request.split(b" ", 2)[1].decode()
+        try:
+            if not target.endswith("/events"):
+                writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                return
+            packer = zlib.compressobj(wbits=31)
+            writer.write(HEAD.replace(b"\r\n\r\n", b"\r\ncontent-encoding: gzip\r\n\r\n"))
+            writer.write(packer.compress(b"data: "))
+            chunk = b"x" * (1 << 20)
+            for _ in range(64):
+                writer.write(packer.compress(chunk))
+                await writer.drain()
+            writer.write(packer.flush())
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+
+async def test_a_gzip_bomb_event_stream_is_inflated_piecewise_and_refused_at_the_frame_bound() -> None:
+    run_id, run = served("minimal")
+    server = _GzipBombStream({run_id: run})
+    await server.start()
+    policy = ReconnectPolicy(
+        initial_backoff_s=0.001,
+        max_backoff_s=0.01,
+        max_attempts=2,
+        read_timeout_s=10,
+        max_frame_bytes=1 << 20,
+    )
+    tracemalloc.start()
+    try:
+        handle = follow_server_run(server.url, run_id, policy=policy)
+        with pytest.raises(SourceError, match="a frame passed 1048576 bytes"):
+            await _drain(handle)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        await server.stop()
+    # 64 MiB inflated never sits in memory: a frame is refused at its 1 MiB bound.
+    assert peak < 8 * (1 << 20), peak

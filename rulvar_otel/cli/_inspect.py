@@ -4,8 +4,14 @@ Prints the invocation table (one row per agent span, one indented row per phase 
 the per-role split with its cost basis, and the critical path with its post-fan-in
 decomposition (rows whose figures are all zero hidden, its terms explained under it).
 ``--json`` prints the same readings as one JSON object on stdout, floats rounded to 12
-significant digits. Every string taken from the stream is sanitized, then masked (the masker's
-``clean``), in the JSON form before encoding (keys included), which is also ASCII-escaped.
+significant digits.
+
+Only allow-listed facts are printed, in both forms: ids, names, counts, figures, and enum fields
+only when they hold one of their values. An agent's ``label`` is free text and never printed; a
+usage or tool-budget member nobody lists is dropped. Every string taken from the stream is
+sanitized, then masked (the masker's ``clean``); every table cell once composed and every rendered
+line again; the JSON form's strings (keys included) before encoding, which is also ASCII-escaped,
+and its lines again after.
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ from typing import Annotated, Any, Final, TextIO
 
 import typer
 from rich import box
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.segment import Segment, SegmentLines
 from rich.table import Table
 from rich.text import Text
 
@@ -35,6 +42,7 @@ from rulvar_otel.core.reducers import (
     reduce_critical_path,
     reduce_invocation_table,
 )
+from rulvar_otel.core.wire import as_int, as_number
 from rulvar_otel.errors import RulvarOtelError
 from rulvar_otel.sources.jsonl import read_jsonl_events
 
@@ -83,6 +91,121 @@ def inspect_events(events: Iterable[Any]) -> tuple[InvocationTable, CriticalPath
     return reduce_invocation_table(materialized), reduce_critical_path(materialized)
 
 
+# What inspect may print of a row's open-ended members (everything else is dropped).
+_USAGE_KEYS: Final = (
+    "inputTokens",
+    "outputTokens",
+    "cacheReadTokens",
+    "cacheWriteTokens",
+    "reasoningTokens",
+    "cacheWrite5mTokens",
+    "cacheWrite1hTokens",
+)
+_PHASE_OUTCOMES: Final = frozenset({"ok", "error"})
+_BUDGET_COUNTS: Final = frozenset({"used", "cap", "extensionsGranted"})
+_BUDGET_NUMBERS: Final = frozenset({"unitsUsed", "unitsMax"})
+_BUDGET_FLAGS: Final = frozenset({"finalizationReserveUsed", "finalizationWindowEntered"})
+_BUDGET_LIMITERS: Final = frozenset({"maxToolCalls", "toolUnits"})
+_USAGE_KEY_SET: Final = frozenset(_USAGE_KEYS)
+# The members of each JSON object inspect prints as they come; the open-ended ones are projected.
+_AGENT_KEYS: Final = frozenset(
+    {
+        "spanId",
+        "parentSpanId",
+        "agentType",
+        "role",
+        "model",
+        "status",
+        "durationMs",
+        "costUsd",
+        "costBasis",
+        "usageApprox",
+        "retryCount",
+        "hostRejected",
+        "replayed",
+        "open",
+    }
+)
+_PHASE_KEYS: Final = frozenset(
+    {"invocation", "role", "model", "durationMs", "costUsd", "costBasis", "retries", "replayed", "open"}
+)
+_BUCKET_KEYS: Final = frozenset({"costUsd", "costBasis", "phases"})
+_TABLE_KEYS: Final = frozenset({"totalCostUsd", "openAgents", "openPhases"})
+Projection = Callable[[Any], Any]
+
+
+def _phase_outcome(outcome: object) -> str | None:
+    """An enum field: a value outside its enum is no fact, and may be content."""
+    return outcome if isinstance(outcome, str) and outcome in _PHASE_OUTCOMES else None
+
+
+def _usage_json(usage: Any) -> dict[str, int] | None:
+    if not isinstance(usage, dict):
+        return None
+    return {k: n for k, v in usage.items() if k in _USAGE_KEY_SET and (n := as_int(v)) is not None}
+
+
+def _tool_budget_json(budget: Any) -> dict[str, Any] | None:
+    if not isinstance(budget, dict):
+        return None
+    out: dict[str, Any] = {}
+    for key, value in budget.items():
+        if key in _BUDGET_COUNTS and (count := as_int(value)) is not None:
+            out[key] = count
+        elif key in _BUDGET_NUMBERS and (number := as_number(value)) is not None:
+            out[key] = number
+        elif key in _BUDGET_FLAGS and isinstance(value, bool):
+            out[key] = value
+        elif key == "noticesFired" and isinstance(value, list):
+            out[key] = [n for item in value if (n := as_int(item)) is not None]
+        elif key == "limiter" and value in _BUDGET_LIMITERS:
+            out[key] = value
+    return out
+
+
+def _project(doc: dict[str, Any], plain: frozenset[str], projected: dict[str, Projection]) -> dict[str, Any]:
+    """The listed members of ``doc``, in its order: ``plain`` ones as they are, ``projected``
+    ones through their projection (dropped when it gives ``None``), every other one dropped."""
+    out: dict[str, Any] = {}
+    for key, value in doc.items():
+        if key in plain:
+            out[key] = value
+        elif key in projected and (shown := projected[key](value)) is not None:
+            out[key] = shown
+    return out
+
+
+def _phase_json(doc: Any) -> dict[str, Any]:
+    return _project(doc, _PHASE_KEYS, {"usage": _usage_json, "outcome": _phase_outcome})
+
+
+def _agent_json(doc: Any) -> dict[str, Any]:
+    """An agent row's JSON, allow-listed: no label, no unlisted usage or tool-budget member."""
+    return _project(
+        doc,
+        _AGENT_KEYS,
+        {
+            "usage": _usage_json,
+            "toolBudget": _tool_budget_json,
+            "phases": lambda phases: [_phase_json(p) for p in phases],
+        },
+    )
+
+
+def _table_json(table: InvocationTable) -> dict[str, Any]:
+    def bucket(doc: Any) -> dict[str, Any]:
+        return _project(doc, _BUCKET_KEYS, {"usage": _usage_json})
+
+    return _project(
+        table.to_json_dict(),
+        _TABLE_KEYS,
+        {
+            "agents": lambda agents: [_agent_json(a) for a in agents],
+            "byRole": lambda roles: {role: bucket(b) for role, b in roles.items()},
+        },
+    )
+
+
 Cleaner = Callable[[object], str]
 # (label, value, the figures behind it) of one critical-path row.
 CriticalRow = tuple[str, str, tuple[float | int | None, ...]]
@@ -119,16 +242,37 @@ def render_inspect(
         return terminal_safe(value if isinstance(value, str) else str(value), chosen)
 
     console = Console(file=out, highlight=False, width=width or (None if out.isatty() else 160))
-    console.print(_agents_table(table, clean))
-    console.print(
+    shown = _Printer(console, chosen)
+    shown.print(_agents_table(table, clean))
+    shown.print(
         Text(
             f"{plural(len(table.agents), 'agent span')}, {table.open_agents} open, "
             f"{plural(table.open_phases, 'open phase')}; "
             f"settled total {format_usd(table.total_cost_usd)}"
         )
     )
-    console.print(_roles_table(table, clean))
-    _print_critical_path(console, path, clean)
+    shown.print(_roles_table(table, clean))
+    _print_critical_path(shown, path, clean)
+
+
+class _Printer:
+    """Prints renderables line by line, each rendered line cleaned again once composed: cells
+    side by side (or a cell folded over lines) must not form what no single cell held."""
+
+    def __init__(self, console: Console, masker: SecretMasker) -> None:
+        self.console = console
+        self.masker = masker
+
+    def print(self, renderable: RenderableType) -> None:
+        console = self.console
+        lines = console.render_lines(renderable, console.options, pad=False)
+        kept: list[list[Segment]] = []
+        for line in lines:
+            plain = "".join(segment.text for segment in line)
+            cleaned = self.masker.clean(plain)
+            # A changed line loses its styles: the masked text is what matters.
+            kept.append(line if cleaned == plain else [Segment(cleaned)])
+        console.print(SegmentLines(kept, new_lines=True))
 
 
 def _agents_table(table: InvocationTable, clean: Cleaner) -> Table:
@@ -144,38 +288,41 @@ def _agents_table(table: InvocationTable, clean: Cleaner) -> Table:
 
 
 def _agent_cells(row: AgentInvocationRow, clean: Cleaner) -> tuple[str, ...]:
-    name = row.label or row.agent_type or "(anon)"  # as the span name says it
+    # As the span name says it: the agent type, never the label (free text, maybe content).
+    name = row.agent_type or "(anon)"
     usage = row.usage or {}
-    return (
-        clean(row.span_id),
+    cells = (
+        row.span_id,
         clean(name) + (" (replayed)" if row.replayed else ""),
-        clean(row.role),
-        clean(row.model),
+        row.role,
+        row.model,
         "open" if row.open else clean(row.status) + (" host-rejected" if row.host_rejected else ""),
         _ms(row.duration_ms),
         format_tokens(usage.get("inputTokens")) if row.usage is not None else "-",
         format_tokens(usage.get("outputTokens")) if row.usage is not None else "-",
         format_usd(row.cost_usd) + ("~" if row.usage_approx else ""),
-        clean(row.cost_basis),
+        row.cost_basis,
         "-" if row.retry_count is None else str(row.retry_count),
     )
+    return tuple(clean(cell) for cell in cells)
 
 
 def _phase_cells(phase: InvocationPhaseRow, clean: Cleaner) -> tuple[str, ...]:
     p_usage = phase.usage or {}
-    return (
+    cells = (
         "",
         f"  #{phase.invocation if phase.invocation is not None else '?'}",
-        clean(phase.role),
-        clean(phase.model),
-        "open" if phase.open else clean(phase.outcome),
+        phase.role,
+        phase.model,
+        "open" if phase.open else _phase_outcome(phase.outcome),
         _ms(phase.duration_ms),
         format_tokens(p_usage.get("inputTokens")) if phase.usage is not None else "-",
         format_tokens(p_usage.get("outputTokens")) if phase.usage is not None else "-",
         format_usd(phase.cost_usd),
-        clean(phase.cost_basis),
+        phase.cost_basis,
         "-" if phase.retries is None else str(phase.retries),
     )
+    return tuple("" if cell == "" else clean(cell) for cell in cells)
 
 
 def _roles_table(table: InvocationTable, clean: Cleaner) -> Table:
@@ -183,23 +330,19 @@ def _roles_table(table: InvocationTable, clean: Cleaner) -> Table:
     for header in ("role", "phases", "in", "out", "USD", "basis"):
         roles.add_column(header)
     for role, bucket in table.by_role.items():
-        roles.add_row(
-            *(
-                Text(cell)
-                for cell in (
-                    clean(role),
-                    str(bucket.phases),
-                    format_tokens(bucket.usage.get("inputTokens", 0)),
-                    format_tokens(bucket.usage.get("outputTokens", 0)),
-                    format_usd(bucket.cost_usd),
-                    bucket.cost_basis,
-                )
-            )
+        cells = (
+            role,
+            str(bucket.phases),
+            format_tokens(bucket.usage.get("inputTokens", 0)),
+            format_tokens(bucket.usage.get("outputTokens", 0)),
+            format_usd(bucket.cost_usd),
+            bucket.cost_basis,
         )
+        roles.add_row(*(Text(clean(cell)) for cell in cells))
     return roles
 
 
-def _print_critical_path(console: Console, path: CriticalPath, clean: Cleaner) -> None:
+def _print_critical_path(console: _Printer, path: CriticalPath, clean: Cleaner) -> None:
     """The critical-path figures, then what they mean; a row whose figures are all zero says
     nothing and is hidden ("-", a figure the stream cannot support, is kept)."""
     crit = Table(title="Critical path", box=box.SIMPLE, title_justify="left", show_header=False)
@@ -213,7 +356,7 @@ def _print_critical_path(console: Console, path: CriticalPath, clean: Cleaner) -
         if all(f is not None and f == 0 for f in figures):
             hidden += 1
             continue
-        crit.add_row(Text(label), Text(value))
+        crit.add_row(Text(label), Text(clean(value)))
     console.print(crit)
     width = max(len(term) for term, _ in CRITICAL_PATH_TERMS)
     for term, meaning in CRITICAL_PATH_TERMS:
@@ -289,10 +432,12 @@ def _post_fan_in_rows(b: PostFanInBreakdown, clean: Cleaner) -> list[CriticalRow
 
 
 def _json_document(table: InvocationTable, path: CriticalPath, masker: SecretMasker) -> str:
-    doc = {"invocationTable": table.to_json_dict(), "criticalPath": path.to_json_dict()}
+    doc = {"invocationTable": _table_json(table), "criticalPath": path.to_json_dict()}
     # ASCII escapes keep raw control characters (C1 included) off the terminal.
     # Every string (keys included) is cleaned before encoding: a JSON escape would hide a key's start.
-    return json.dumps(_round_floats(masker.clean_deep(doc)), ensure_ascii=True, indent=2)
+    text = json.dumps(_round_floats(masker.clean_deep(doc)), ensure_ascii=True, indent=2)
+    # And every line once composed: a member's name beside its value is a new string.
+    return "\n".join(masker.clean(line) for line in text.split("\n"))
 
 
 def run_inspect(

@@ -49,6 +49,15 @@ _INVISIBLE: Final = (
     "\U000e0001\U000e0020-\U000e007f"
 )
 _INVISIBLE_RUN: Final = re.compile(f"[{_INVISIBLE}]+")
+# The escape sequences of _CONTROL alone (no bare control character): a terminal shows them as
+# nothing, while a newline or a tab still separates what is around it.
+_SEQUENCE_RUN: Final = re.compile(
+    r"(?:\x1b\[[0-?]*[ -/]*[@-~]?"
+    r"|\x1b[\]PX^_][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+    r"|\x9b[0-?]*[ -/]*[@-~]?"
+    r"|[\x90\x98\x9d\x9e\x9f][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+    r"|\x1b[ -/]*[0-~]?)+"
+)
 _CONTROL_RUN: Final = re.compile(f"(?:{_CONTROL})+")
 # One CSI or two-byte escape, or one control character: string payloads (OSC, DCS, ...) stay text.
 _CONTROL_ONE: Final = re.compile(
@@ -60,6 +69,8 @@ _ESCAPED: Final = re.compile(
     r"\\(?:x1[bB]|u001[bB]|033|e)(?:\[[0-?]*[ -/]*[@-~]?)?"
     r"|\\(?:[nrtfvab0]|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8})"
 )
+# A written-out ESC and the CSI it starts: shown as nothing once the text is decoded and printed.
+_ESCAPED_SEQUENCE: Final = re.compile(r"\\(?:x1[bB]|u001[bB]|033|e)(?:\[[0-?]*[ -/]*[@-~]?)?")
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
 # Multi-line text usually holds only C0 controls (newlines, tabs): no sequence, nothing invisible.
 # For such text every view above reduces to this one, so the others are skipped.
@@ -99,16 +110,21 @@ View: TypeAlias = tuple[tuple[re.Pattern[str], str], ...]
 MAX_VIEW_PIECES: Final = 100_000
 
 _SANITIZED: Final[View] = ((_INVISIBLE_RUN, ""), (_CONTROL_RUN, " "))
-# What a reader sees; then each control sequence blanked on its own (an OSC payload, hidden from
-# the reader, is still text that must not keep a key); then each control character blanked (a
-# CSI's final byte can be a key's first letter: "\x9b ghp_..." is CSI "\x9b g").
+# What a reader sees; the same with escape sequences removed, as a terminal shows them (a password
+# split by "\x1b[0m" reads whole, and a space would end a URL's userinfo); then each control
+# sequence blanked on its own (an OSC payload, hidden from the reader, is still text that must not
+# keep a key); then each control character blanked (a CSI's final byte can be a key's first
+# letter: "\x9b ghp_..." is CSI "\x9b g").
 CONTROL_VIEWS: Final[tuple[View, ...]] = (
     _SANITIZED,
+    ((_INVISIBLE_RUN, ""), (_SEQUENCE_RUN, ""), (_CONTROL_RUN, " ")),
     ((_INVISIBLE_RUN, ""), (_CONTROL_ONE, " ")),
     ((_INVISIBLE_RUN, ""), (_CONTROL_CHAR, " ")),
 )
 C0_VIEWS: Final[tuple[View, ...]] = (((_C0_RUN, " "),),)
-ESCAPE_VIEWS: Final[tuple[View, ...]] = (((_ESCAPED, " "),),)
+# Escapes written out as text blanked; and with written-out escape sequences removed (as decoding
+# the JSON and printing it shows them), the other escapes blanked.
+ESCAPE_VIEWS: Final[tuple[View, ...]] = (((_ESCAPED, " "),), ((_ESCAPED_SEQUENCE, ""), (_ESCAPED, " ")))
 
 
 def sanitize_terminal_text(text: str) -> str:

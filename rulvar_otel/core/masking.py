@@ -67,6 +67,7 @@ MASKED_SECRET: Final = "[masked-secret]"
 # "-" or anything else ("key_sk-proj-..."). Only a private key's search can read past its match
 # (to find the END line); a key cut short (a truncated value) is still masked from BEGIN on.
 _NOT_AFTER_LETTER: Final = r"(?:^|[^A-Za-z])"
+_USERINFO_PATTERN: Final = r"[A-Za-z][A-Za-z0-9+.-]{0,31}://(?P<secret>[^/?#\s\[\]]*)@"
 DEFAULT_SECRET_PATTERNS: Final[tuple[str, ...]] = (
     # OpenAI, Anthropic and compatible API keys (sk-..., sk-proj-..., sk-ant-...).
     _NOT_AFTER_LETTER + r"(?P<secret>sk-[A-Za-z0-9_-]{16,})",
@@ -94,11 +95,17 @@ DEFAULT_SECRET_PATTERNS: Final[tuple[str, ...]] = (
     r"(?P<secret>[^\s&;\\\"'<>]+)",
     r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
     r"(?:[\s\S]*?-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|(?:[A-Za-z0-9+/=\\\r\n\t ,.:_-])*)",
+    # A URL's userinfo (user:password), up to the last "@" before the host; the scheme is kept.
+    # A run of the characters a host may follow ("/", "?", "#", whitespace, brackets) ends it, as
+    # redact_userinfo's does, so its "[redacted]" is never masked again. Searched only in text
+    # holding an "@".
+    _USERINFO_PATTERN,
 )
 
 # The shortest string any default pattern can match: "pwd=" plus one character. Only the
-# "name=value" pattern matches below _SHORTEST_WITHOUT_EQUALS ("xoxb-" plus 10 characters), and
-# only with an "=", so shorter strings without one (most ids, names, statuses) skip the scan.
+# "name=value" and userinfo patterns match below _SHORTEST_WITHOUT_EQUALS ("xoxb-" plus 10
+# characters), and only with an "=" or an "@", so shorter strings without either (most ids, names,
+# statuses) skip the scan.
 _SHORTEST_DEFAULT_MATCH: Final = 5
 _SHORTEST_WITHOUT_EQUALS: Final = 15
 # The group a pattern names to mask only part of its match.
@@ -186,14 +193,21 @@ class SecretMasker:
     the bound without timing anything.
     """
 
-    __slots__ = ("_cache", "_min_length", "_prefilter", "_programs", "patterns", "work")
+    __slots__ = ("_cache", "_min_length", "_prefilter", "_prefilter_no_at", "_programs", "patterns", "work")
 
     def __init__(
-        self, programs: Sequence[tuple[Any, int]], patterns: tuple[str, ...], prefilter: Any = None
+        self,
+        programs: Sequence[tuple[Any, int]],
+        patterns: tuple[str, ...],
+        prefilter: Any = None,
+        prefilter_no_at: Any = None,
     ) -> None:
         self._programs = tuple(programs)
         self.patterns = patterns
         self._prefilter = prefilter
+        # The same without the userinfo pattern, for text without an "@" (most text): a URL
+        # scheme can start at any letter, which slows the combined scan.
+        self._prefilter_no_at = prefilter_no_at if prefilter_no_at is not None else prefilter
         self._cache: dict[str, str | None] = {}
         self.work = 0
         # No default credential shape is shorter than this, so shorter strings (most ids, names
@@ -205,11 +219,14 @@ class SecretMasker:
     def clean(self, text: str) -> str:
         """Sanitize, then mask: the form of ``text`` every output (export, terminal, log) uses.
 
-        URL userinfo (``http://user:pass@host``) is redacted too.
+        URL userinfo (``http://user:pass@host``) is redacted too (``[redacted]``; masked, as
+        every credential, in text that needed sanitizing).
         """
         if not text.isprintable():
             # Masked before sanitizing too: a sequence can swallow a key's first character
-            # ("\x9b ghp_..." is CSI "\x9b g"), leaving the rest on screen.
+            # ("\x9b ghp_..." is CSI "\x9b g"), leaving the rest on screen, and a sequence inside
+            # URL userinfo must not end it early (the masker's views read it whole; its marker
+            # then stands for the userinfo, not "[redacted]").
             text = sanitize_terminal_text(self.mask(text))
         if "://" in text:
             text = redact_userinfo(text)
@@ -221,7 +238,7 @@ class SecretMasker:
         """``text`` with every match replaced by :data:`MASKED_SECRET`, everything else kept."""
         if len(text) < self._min_length:
             return text
-        if len(text) < _SHORTEST_WITHOUT_EQUALS and not self.patterns and "=" not in text:
+        if len(text) < _SHORTEST_WITHOUT_EQUALS and not self.patterns and "=" not in text and "@" not in text:
             return text
         cached = self._cache.get(text, text)
         if cached is not text:
@@ -287,11 +304,15 @@ class SecretMasker:
         n = len(data)
         work = n
         budget = WORK_PER_BYTE * n + _WORK_FLOOR
-        if self._prefilter is not None and self._prefilter.Match(_UNANCHORED, data, 0, n)[0][0] < 0:
+        no_at = b"@" not in data
+        prefilter = self._prefilter_no_at if no_at else self._prefilter
+        if prefilter is not None and prefilter.Match(_UNANCHORED, data, 0, n)[0][0] < 0:
             self.work += work
             return []
         spans: list[tuple[int, int]] = []
-        for program, group in self._programs:
+        for index, (program, group) in enumerate(self._programs):
+            if index == _USERINFO_INDEX and no_at:
+                continue  # userinfo always ends with "@"
             pos = 0
             while pos < n:
                 work += n - pos
@@ -380,7 +401,8 @@ def compile_secret_masker(patterns: Iterable[str] | None = None) -> SecretMasker
             host.append(pattern)
             sources.append(source)
             programs.append(program)
-    return SecretMasker(programs, tuple(host), _prefilter(sources))
+    without_userinfo = sources[:_USERINFO_INDEX] + sources[_USERINFO_INDEX + 1 :]
+    return SecretMasker(programs, tuple(host), _prefilter(sources), _prefilter(without_userinfo))
 
 
 def _prefilter(sources: Sequence[str]) -> Any:
@@ -396,6 +418,7 @@ def _prefilter(sources: Sequence[str]) -> Any:
 
 
 _DEFAULT_SOURCES: Final = tuple(translate(p) for p in DEFAULT_SECRET_PATTERNS)
+_USERINFO_INDEX: Final = DEFAULT_SECRET_PATTERNS.index(_USERINFO_PATTERN)
 _DEFAULT_PROGRAMS: Final = tuple(_compiled(s) for s in _DEFAULT_SOURCES)
 _DEFAULT: Final = compile_secret_masker()
 

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -100,6 +100,8 @@ _SAFE_RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 class JsonlJournalStore:
     """One ``<run_id>.jsonl`` file per run in ``directory``; each append is one flushed line.
 
+    Entries are kept verbatim (never masked: replay hands them back to the workflow), so a file is
+    created readable and writable by its owner only (mode 0600).
     A run's ``run_start`` creates its file exclusively (``O_EXCL``): of two runs started with one
     run id at once, in one process or several, one journals and the other fails with
     :class:`JournalError`. A torn last line (a crash mid-write) is ignored on load: everything
@@ -152,7 +154,7 @@ class JsonlJournalStore:
             try:
                 self.directory.mkdir(parents=True, exist_ok=True)
                 # The run's first entry creates the file, or fails if another run already did.
-                with path.open("xb" if entry.kind == JournalKind.RUN_START else "ab") as fh:
+                with _open_journal(path, create=entry.kind == JournalKind.RUN_START) as fh:
                     fh.write(line)
                     fh.flush()
                     if self._fsync:
@@ -204,6 +206,15 @@ class _OneWriter:
                     "two runs wrote this journal"
                 )
             self._start = number
+
+
+def _open_journal(path: Path, *, create: bool) -> BinaryIO:
+    """The journal for appending; ``create`` makes it exclusively, readable by its owner only:
+    it holds the run's content verbatim (model turns, tool results), credentials included."""
+    if not create:
+        return path.open("ab")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+    return os.fdopen(fd, "ab")
 
 
 def _describe(exc: Exception) -> str:

@@ -44,6 +44,7 @@ from rulvar_otel.export._settings import (
     read_headers,
     read_millis,
     resolve_protocol,
+    with_signal_path,
 )
 from rulvar_otel.export._transport import (
     MAX_RESPONSE_BYTES,
@@ -316,7 +317,7 @@ def _otlp_exporter(
 
     endpoint = setup.otlp_endpoint
     if urlparse(endpoint).path in ("", "/"):
-        endpoint = endpoint.rstrip("/") + _DEFAULT_HTTP_PATH
+        endpoint = with_signal_path(endpoint, _DEFAULT_HTTP_PATH)
     verify, cert = tls_settings(os.environ, "METRICS")
     transport = BoundedHttpTransport(
         ExportMetricsServiceResponse,

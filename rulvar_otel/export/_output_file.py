@@ -14,6 +14,7 @@ import errno
 import os
 import stat
 import tempfile
+import weakref
 from pathlib import Path
 from typing import IO, Final
 
@@ -28,18 +29,42 @@ _MAX_LINKS: Final = 40
 class OpenedOutput:
     """An open output: ``stream`` to write, and where the temporary file goes once it is complete."""
 
-    __slots__ = ("replace_at", "stream", "temp")
+    __slots__ = ("__weakref__", "_leftover", "replace_at", "stream")
 
     def __init__(self, stream: IO[bytes], temp: Path | None = None, replace_at: Path | None = None) -> None:
         self.stream = stream
-        self.temp = temp  # None: written in place
         self.replace_at = replace_at
+        # A temporary file neither committed nor discarded (a second Ctrl-C abandons the export
+        # mid-flush) is removed at exit at the latest: it never outlives the process. The list
+        # is shared with the finalizer, which must not hold this object.
+        self._leftover: list[Path | None] = [temp]
+        if temp is not None:
+            weakref.finalize(self, _remove_quietly, self._leftover)
+
+    @property
+    def temp(self) -> Path | None:
+        """The temporary file still to commit or discard (None: written in place, or done)."""
+        return self._leftover[0]
+
+    @temp.setter
+    def temp(self, value: Path | None) -> None:
+        self._leftover[0] = value
 
     def commit(self) -> None:
         """Rename the temporary file over its target (nothing for an output written in place)."""
         if self.temp is not None and self.replace_at is not None:
             os.replace(self.temp, self.replace_at)
             self.temp = None
+
+
+def _remove_quietly(leftover: list[Path | None]) -> None:
+    path = leftover[0]
+    if path is None:
+        return  # committed or discarded
+    try:
+        path.unlink()
+    except OSError:
+        pass  # its directory is gone, say
 
 
 def open_output(path: Path, *, atomic: bool) -> OpenedOutput:

@@ -38,6 +38,7 @@ __all__ = [
     "read_millis",
     "resolve_endpoint",
     "resolve_protocol",
+    "with_signal_path",
 ]
 
 Protocol = Literal["grpc", "http/protobuf"]
@@ -295,3 +296,10 @@ def resolve_endpoint(
         return None
     check_endpoint(url, where)
     return url, where, base
+
+
+def with_signal_path(endpoint: str, path: str) -> str:
+    """A base ``endpoint`` with a signal's ``path`` (``/v1/traces``) appended to its path: before
+    its query and fragment, which stay as they are."""
+    parts = urlsplit(endpoint)
+    return parts._replace(path=parts.path.rstrip("/") + path).geturl()

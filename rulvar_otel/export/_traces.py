@@ -49,6 +49,7 @@ from rulvar_otel.export._settings import (
     read_millis,
     resolve_endpoint,
     resolve_protocol,
+    with_signal_path,
 )
 from rulvar_otel.export._transport import (
     MAX_RESPONSE_BYTES,
@@ -162,7 +163,7 @@ def resolve_otlp_target(
     # an explicit endpoint with a path is taken as the full traces URL.
     bare = origin == "OTEL_EXPORTER_OTLP_ENDPOINT" or urlsplit(endpoint).path in ("", "/")
     if protocol == "http/protobuf" and is_base and bare:
-        endpoint = endpoint.rstrip("/") + "/v1/traces"
+        endpoint = with_signal_path(endpoint, "/v1/traces")
     headers = read_headers(env, "TRACES")
     headers.update({k.lower(): v for k, v in options.headers.items()})
     timeout = options.export_timeout_s

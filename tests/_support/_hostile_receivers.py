@@ -148,10 +148,17 @@ class HostileHttpReceiver:
 class GrpcAnswer(enum.Enum):
     PARTIAL = "partial"
     STALL = "stall"
+    HUGE = "huge"  # a gzip-compressed answer of a few kilobytes that inflates to 3 MiB
+
+
+# The message a HUGE answer carries: compresses to kilobytes, inflates past the exporters' 1 MiB
+# answer bound (and stays under gRPC's own 4 MiB default, so only that bound can refuse it).
+HUGE_MESSAGE_BYTES = 3 * 1024 * 1024
 
 
 class HostileGrpcReceiver:
-    """An OTLP/gRPC trace and metrics receiver answering ``partial_success`` or stalling."""
+    """An OTLP/gRPC trace and metrics receiver answering ``partial_success``, stalling, or
+    answering a gzip-compressed message that inflates hugely."""
 
     def __init__(self, answer: GrpcAnswer, *, rejected: int = 1_000_000) -> None:
         self.answer = answer
@@ -172,6 +179,12 @@ class HostileGrpcReceiver:
         if self.answer is GrpcAnswer.STALL:
             self.stop.wait(120)
 
+    def _message(self, context: Any) -> str:
+        if self.answer is not GrpcAnswer.HUGE:
+            return REJECTION_MESSAGE
+        context.set_compression(grpc.Compression.Gzip)
+        return "z" * HUGE_MESSAGE_BYTES
+
     def __enter__(self) -> HostileGrpcReceiver:
         receiver = self
 
@@ -180,7 +193,7 @@ class HostileGrpcReceiver:
                 receiver._received()
                 response = trace_service_pb2.ExportTraceServiceResponse()
                 response.partial_success.rejected_spans = receiver.rejected
-                response.partial_success.error_message = REJECTION_MESSAGE
+                response.partial_success.error_message = receiver._message(context)
                 return response
 
         class Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):  # type: ignore[misc]
@@ -188,7 +201,7 @@ class HostileGrpcReceiver:
                 receiver._received()
                 response = metrics_service_pb2.ExportMetricsServiceResponse()
                 response.partial_success.rejected_data_points = receiver.rejected
-                response.partial_success.error_message = REJECTION_MESSAGE
+                response.partial_success.error_message = receiver._message(context)
                 return response
 
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
