@@ -41,6 +41,7 @@ SECRET = "sk-ant-PLANTEDSECRETVALUE0123456789abcdef"
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONFAULTHANDLER"] = "1"
     return env
 
 
@@ -102,6 +103,17 @@ def _wait_for_line(process: subprocess.Popen[str], needle: str, timeout: float =
         if needle in line:
             return seen
     raise AssertionError(f"{needle!r} never appeared: {seen}")
+
+
+def _communicate_or_dump(process: subprocess.Popen[str], timeout: float = 60) -> str:
+    """The process's remaining stderr; past ``timeout``, its threads' stacks (faulthandler) instead."""
+    try:
+        return process.communicate(timeout=timeout)[1]
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: every thread's stack to stderr
+        raise AssertionError(
+            f"still running {timeout:g} s after Ctrl-C:\n{process.communicate()[1]}"
+        ) from None
 
 
 def test_one_ctrl_c_during_a_blocked_stdin_read_exports_what_was_read(tmp_path: Path) -> None:
@@ -331,7 +343,7 @@ def test_one_ctrl_c_during_a_live_tail_exports_what_arrived(tmp_path: Path) -> N
             _wait_for_line(process, "suspended")
             time.sleep(0.5)
             process.send_signal(signal.SIGINT)
-            _, err = process.communicate(timeout=30)
+            err = _communicate_or_dump(process)
         finally:
             process.kill()
     assert process.returncode == 130, err
