@@ -17,6 +17,9 @@ HEAVY = (
     "rulvar_otel.engine",
     "rulvar_otel.sources.sse",
     "rulvar_otel.cli._inspect",
+    # Only an OTLP/HTTP export needs the bounded HTTP transport and its client.
+    "httpcore",
+    "rulvar_otel.export._http_transport",
 )
 
 
