@@ -531,12 +531,13 @@ def open_progress(
     if not (0 < fps <= 60):
         raise ConfigError(f"progress fps must be in (0, 60], got {fps!r}")
     masker = masker or default_masker()
-    state = ProgressState(masker, ceiling_usd=ceiling_usd)
     if mode == "off":
-        return ProgressView(state)
+        return ProgressView(ProgressState(masker, ceiling_usd=ceiling_usd))
     out = stream if stream is not None else sys.stderr
     if mode == "lines":
-        return _LinesView(state, out, masker)
+        return _LinesView(ProgressState(masker, ceiling_usd=ceiling_usd), out, masker)
     if mode == "auto" and not _auto_is_tty(out):
+        # Milestones print counts and the summary only: the fold skips what only the tree shows.
+        state = ProgressState(masker, ceiling_usd=ceiling_usd, summary_only=True)
         return _MilestoneView(state, out, masker, clock=clock)
-    return _TtyView(state, out, masker, fps=fps, clock=clock)
+    return _TtyView(ProgressState(masker, ceiling_usd=ceiling_usd), out, masker, fps=fps, clock=clock)
