@@ -93,7 +93,11 @@ def main() -> None:
     command = _command_on(sys.argv[1:])
     try:
         with masked_logging():
-            _build_app(None if command is None else [command])()
+            app = _build_app(None if command is None else [command])
+            # What the imports made lives until exit: frozen, the run's full collections skip it
+            # (large.jsonl: 77 -> 21 ms of generation-2 collection).
+            gc.freeze()
+            app()
     finally:
         # The interpreter's final collection walks every object the imports made (~0.1 s for an
         # export); frozen objects are skipped, and the process is about to end anyway.
