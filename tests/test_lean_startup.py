@@ -1,5 +1,6 @@
 """Each command imports what it uses: a traces-only export loads no event model, metrics SDK,
-Prometheus exporter, engine or SSE client; ``import rulvar_otel`` loads none of them either."""
+Prometheus exporter, engine, SSE client, HTTP transport or rich; ``import rulvar_otel`` loads
+none of them either."""
 
 from __future__ import annotations
 
@@ -17,6 +18,11 @@ HEAVY = (
     "rulvar_otel.engine",
     "rulvar_otel.sources.sse",
     "rulvar_otel.cli._inspect",
+    # Only an OTLP/HTTP export needs the bounded HTTP transport and its client.
+    "httpcore",
+    "rulvar_otel.export._http_transport",
+    # rich draws the terminal views only: milestones on a pipe, and --no-tree, never load it.
+    "rich",
 )
 
 

@@ -12,7 +12,8 @@ import zlib
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from rulvar_otel.export._transport import MAX_RESPONSE_BYTES, BoundedHttpTransport, Rejections
+from rulvar_otel.export._http_transport import BoundedHttpTransport
+from rulvar_otel.export._transport import MAX_RESPONSE_BYTES, Rejections
 from tests._support import HostileHttpReceiver, HttpAnswer
 
 _ZEROS = b"\0" * (MAX_RESPONSE_BYTES * 8)

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from rulvar_otel.cli._progress import open_progress
+from rulvar_otel.cli._progress import open_progress, summary_lines
 from rulvar_otel.core.masking import MASKED_SECRET
-from tests._support import events
+from rulvar_otel.core.progress import ProgressLines, ProgressState
+from tests._support import events, outcome, stream_names
 
 
 class _StepClock:
@@ -97,3 +98,24 @@ def test_counts_line_masks_a_secret_planted_in_an_agent_status() -> None:
     assert _counts(lines)
     assert all(secret not in line for line in lines)
     assert any(MASKED_SECRET in line for line in _counts(lines))
+
+
+@pytest.mark.parametrize("name", stream_names())
+def test_the_summary_only_fold_reads_every_printed_fact_as_the_full_fold_does(name: str) -> None:
+    full, lean = ProgressState(), ProgressState(summary_only=True)
+    full_lines, lean_lines = ProgressLines(state=full), ProgressLines(state=lean)
+    printed: tuple[list[str], list[str]] = ([], [])
+    for event in events(name):
+        for printer, out in ((full_lines, printed[0]), (lean_lines, printed[1])):
+            if event.get("type") in ("run:start", "run:end", "phase:start"):
+                out.extend(printer.lines(event))
+            else:
+                printer.state.apply(event)
+    assert printed[0] == printed[1]
+
+    def counts(state: ProgressState) -> tuple[object, ...]:
+        return state.events, state.status_counts(), state.total_tokens(), state.spent_usd, state.tool_failures
+
+    assert counts(full) == counts(lean)
+    settled = outcome(name)
+    assert summary_lines(full, settled) == summary_lines(lean, settled)

@@ -15,6 +15,7 @@ import os
 # the terminal too. It must be set before grpc is first imported.
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
+import gc
 import sys
 from collections.abc import Sequence
 from importlib import import_module
@@ -90,5 +91,14 @@ def main() -> None:
     """Console-script entry point. Library log records (OpenTelemetry's included) reach stderr
     only through the masking filter: one sanitized, masked, bounded line each."""
     command = _command_on(sys.argv[1:])
-    with masked_logging():
-        _build_app(None if command is None else [command])()
+    try:
+        with masked_logging():
+            app = _build_app(None if command is None else [command])
+            # What the imports made lives until exit: frozen, the run's full collections skip it
+            # (large.jsonl: 77 -> 21 ms of generation-2 collection).
+            gc.freeze()
+            app()
+    finally:
+        # The interpreter's final collection walks every object the imports made (~0.1 s for an
+        # export); frozen objects are skipped, and the process is about to end anyway.
+        gc.freeze()

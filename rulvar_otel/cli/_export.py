@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import orjson
 import typer
-from pydantic import ValidationError
 
 from rulvar_otel.cli._common import CommandOptions, run_export, with_export_options
 from rulvar_otel.cli._text import EXIT_INTERRUPTED, EXIT_USAGE, say
-from rulvar_otel.core.handle import RunOutcome, outcome_from_json
 from rulvar_otel.errors import ConfigError, RunRejectedError, SourceError, StreamLineError
 from rulvar_otel.export import StreamedRun, check_output_is_not_input
 from rulvar_otel.sources.jsonl import STDIN, JsonlEventSource
+
+if TYPE_CHECKING:
+    from rulvar_otel.core.handle import RunOutcome
 
 __all__ = ["export_command", "load_outcome", "register"]
 
@@ -25,6 +26,11 @@ MAX_PRINTED_DIAGNOSTICS: Final = 20
 
 def load_outcome(path: Path) -> RunOutcome | RunRejectedError:
     """Read ``--outcome``: a RunOutcome JSON, or the fixtures' ``{"settled": ..}`` wrapper."""
+    # The outcome model (pydantic) is loaded for --outcome only, not by every export's start-up.
+    from pydantic import ValidationError
+
+    from rulvar_otel.core.handle import outcome_from_json
+
     try:
         data: Any = orjson.loads(path.read_bytes())
     except OSError as exc:

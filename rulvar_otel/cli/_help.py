@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import textwrap
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Final
 
 import typer
@@ -31,6 +30,9 @@ _DISTRIBUTION: Final = "rulvar-otel"
 
 def package_version() -> str:
     """The installed distribution's version (``unknown`` in a bare source tree)."""
+    # Only --version reads the distribution's metadata: every other command skips the import.
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version(_DISTRIBUTION)
     except PackageNotFoundError:

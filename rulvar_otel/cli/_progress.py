@@ -18,11 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Final, TextIO
-
-from rich.console import Console, Group, RenderableType
-from rich.live import Live
-from rich.text import Text
+from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from rulvar_otel.cli._text import PROGRESS_MODES
 from rulvar_otel.core.handle import RunOutcome, as_wire
@@ -36,6 +32,11 @@ from rulvar_otel.core.progress import (
     format_usd,
 )
 from rulvar_otel.errors import ConfigError
+
+if TYPE_CHECKING:
+    # rich is imported where a terminal view is drawn: a pipe, a log or --progress off never loads it.
+    from rich.console import Console, RenderableType
+    from rich.text import Text
 
 __all__ = ["PROGRESS_MODES", "ProgressView", "open_progress", "summary_lines"]
 
@@ -225,6 +226,9 @@ class _TtyView(ProgressView):
         clock: Callable[[], float],
         console: Console | None = None,
     ) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
         super().__init__(state)
         self._masker = masker
         self._clock = clock
@@ -256,6 +260,8 @@ class _TtyView(ProgressView):
         self._closed = True
         if not self.fed:
             return
+        from rich.text import Text
+
         self._live.stop()  # paints the final frame once more
         for line in summary_lines(self.state, outcome, self._masker):
             self._console.print(Text(_cut(line)), highlight=False)
@@ -293,6 +299,9 @@ def render_tree(
     ``since_last_event`` advances running timers between events on a live stream;
     ``inferred_parents`` places agents whose parent span never opened (see :class:`_ScopeTracker`).
     """
+    from rich.console import Group
+    from rich.text import Text
+
     inferred = inferred_parents or {}
     live_extra = max(0.0, since_last_event) if not state.finished else 0.0
     lines: list[Text] = [_header(state, live_extra, now)]
@@ -341,6 +350,8 @@ def _render_node(
     now: float,
     seen: set[str],
 ) -> None:
+    from rich.text import Text
+
     if span_id in seen:  # a malformed stream could make a span its own ancestor
         return
     seen.add(span_id)
@@ -363,6 +374,8 @@ def _render_node(
 def _agent_lines(
     state: ProgressState, row: AgentRow, indent: str, live_extra: float, now: float
 ) -> list[Text]:
+    from rich.text import Text
+
     text = Text(indent)
     text.append(_glyph(row, now), style=_STATUS_STYLE.get(row.status, "cyan"))
     text.append(f"  {row.name}")
@@ -401,6 +414,8 @@ def _agent_lines(
 
 
 def _header(state: ProgressState, live_extra: float, now: float) -> Text:
+    from rich.text import Text
+
     glyph = _spinner(now) if not state.finished else _GLYPHS.get(state.status, "•")
     text = Text()
     text.append(glyph, style=_STATUS_STYLE.get(state.status, "cyan"))
@@ -516,12 +531,13 @@ def open_progress(
     if not (0 < fps <= 60):
         raise ConfigError(f"progress fps must be in (0, 60], got {fps!r}")
     masker = masker or default_masker()
-    state = ProgressState(masker, ceiling_usd=ceiling_usd)
     if mode == "off":
-        return ProgressView(state)
+        return ProgressView(ProgressState(masker, ceiling_usd=ceiling_usd))
     out = stream if stream is not None else sys.stderr
     if mode == "lines":
-        return _LinesView(state, out, masker)
+        return _LinesView(ProgressState(masker, ceiling_usd=ceiling_usd), out, masker)
     if mode == "auto" and not _auto_is_tty(out):
+        # Milestones print counts and the summary only: the fold skips what only the tree shows.
+        state = ProgressState(masker, ceiling_usd=ceiling_usd, summary_only=True)
         return _MilestoneView(state, out, masker, clock=clock)
-    return _TtyView(state, out, masker, fps=fps, clock=clock)
+    return _TtyView(ProgressState(masker, ceiling_usd=ceiling_usd), out, masker, fps=fps, clock=clock)

@@ -57,8 +57,21 @@ class ProgressState:
     (a ``-`` in a column) instead of raising, because a view must never stop the run it watches.
     """
 
-    def __init__(self, masker: SecretMasker | None = None, *, ceiling_usd: float | None = None) -> None:
+    def __init__(
+        self,
+        masker: SecretMasker | None = None,
+        *,
+        ceiling_usd: float | None = None,
+        summary_only: bool = False,
+    ) -> None:
         self._masker = masker or default_masker()
+        # ``summary_only``: fold just what the run lines, the counts and the summary read (run,
+        # phases, agent statuses, tokens, spend, tool counts), skipping rows' roles, tools, waits,
+        # children and logs, which only the tree and the per-fact lines show.
+        self._handlers = _SUMMARY_HANDLERS if summary_only else _HANDLERS
+        # The last ``ts`` read and its value: a stream's events share stamps in bursts.
+        self._ts_raw: object = None
+        self._ts_value: float | None = None
         self.run_id: str | None = None
         self.workflow: str | None = None
         self.status: str = "running"
@@ -120,15 +133,20 @@ class ProgressState:
         wire = as_wire(event)
         self.events += 1
         kind = wire.get("type")
-        ts = _ts_seconds(wire.get("ts"))
-        if ts is not None and (self.last_ts is None or ts > self.last_ts):
-            self.last_ts = ts
+        raw_ts = wire.get("ts")
+        if raw_ts is self._ts_raw or (type(raw_ts) is str and raw_ts == self._ts_raw):
+            ts = self._ts_value
+        else:
+            ts = self._ts_value = _ts_seconds(raw_ts)
+            self._ts_raw = raw_ts
+            if ts is not None and (self.last_ts is None or ts > self.last_ts):
+                self.last_ts = ts
         span = wire.get("spanId")
         span_id = span if isinstance(span, str) else ""
         replayed = wire.get("replayed") is True
         if self.run_id is None and isinstance(wire.get("runId"), str):
             self.run_id = self.clean(wire["runId"])
-        handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
+        handler = self._handlers.get(kind) if isinstance(kind, str) else None
         if handler is not None:
             handler(self, wire, span_id, ts, replayed)
         return wire
@@ -316,6 +334,34 @@ class ProgressState:
         if wire.get("level") in ("warn", "error"):
             self.warnings += 1
 
+    # -- the summary-only fold's cheaper forms -------------------------------------------------
+
+    def _touch_agent(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+        self._agent(wire, span_id)  # the row exists (and counts) as the full fold would make it
+
+    def _phase_close_counts(
+        self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool
+    ) -> None:
+        row = self._agent(wire, span_id)
+        if row.done:
+            return
+        usage = wire.get("usage")
+        if isinstance(usage, Mapping):
+            row.input_tokens = (row.input_tokens or 0) + (as_int(usage.get("inputTokens")) or 0)
+            row.output_tokens = (row.output_tokens or 0) + (as_int(usage.get("outputTokens")) or 0)
+        cost = as_number(wire.get("costUsd"))
+        if cost is not None:
+            row.cost_usd = (row.cost_usd or 0.0) + cost
+
+    def _tool_count(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+        self.tool_calls += 1
+
+    def _tool_failure_count(
+        self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool
+    ) -> None:
+        if wire.get("outcome") in ("error", "denied"):
+            self.tool_failures += 1
+
     # -- reading -------------------------------------------------------------------------------
 
     @property
@@ -368,6 +414,15 @@ _HANDLERS: Final[dict[str, _Handler]] = {
     "external:waiting": ProgressState._external,
     "approval:pending": ProgressState._approval,
     "log": ProgressState._log,
+}
+_SUMMARY_HANDLERS: Final[dict[str, _Handler]] = {
+    **{kind: _HANDLERS[kind] for kind in ("run:start", "run:end", "phase:start", "budget:update")},
+    **{kind: _HANDLERS[kind] for kind in ("agent:queued", "agent:start", "agent:end")},
+    "agent:phase:start": ProgressState._touch_agent,
+    "agent:phase:end": ProgressState._phase_close_counts,
+    "agent:error": ProgressState._touch_agent,
+    "tool:start": ProgressState._tool_count,
+    "tool:end": ProgressState._tool_failure_count,
 }
 
 

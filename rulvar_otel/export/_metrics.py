@@ -48,7 +48,6 @@ from rulvar_otel.export._settings import (
 )
 from rulvar_otel.export._transport import (
     MAX_RESPONSE_BYTES,
-    BoundedHttpTransport,
     DeliveryInterrupt,
     DeliveryInterruptedError,
     Rejections,
@@ -314,6 +313,8 @@ def _otlp_exporter(
     from opentelemetry.exporter.otlp.proto.http import Compression as HttpCompression
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpExporter
     from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
+
+    from rulvar_otel.export._http_transport import BoundedHttpTransport
 
     endpoint = setup.otlp_endpoint
     if urlparse(endpoint).path in ("", "/"):

@@ -53,7 +53,6 @@ from rulvar_otel.export._settings import (
 )
 from rulvar_otel.export._transport import (
     MAX_RESPONSE_BYTES,
-    BoundedHttpTransport,
     DeliveryInterrupt,
     DeliveryInterruptedError,
     Rejections,
@@ -243,6 +242,7 @@ def _make_otlp_exporter(
     )
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
+    from rulvar_otel.export._http_transport import BoundedHttpTransport
     from rulvar_otel.otel.direct import http_span_exporter
 
     verify, cert = tls_settings(env, "TRACES")
