@@ -81,8 +81,15 @@ _REPO_ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(autouse=True, scope="session")
 def _tests_leave_the_checkout_alone() -> Iterator[None]:
-    """Fails the session when a test wrote a file into the repository's root directory."""
-    before = {path.name for path in _REPO_ROOT.iterdir()}
+    """Fails the session when a test wrote a file into the repository's root directory.
+
+    Tool caches (``.hypothesis``, ``__pycache__`` and the like) are the tools' own business.
+    """
+
+    def files() -> set[str]:
+        return {p.name for p in _REPO_ROOT.iterdir() if not p.name.startswith((".", "__"))}
+
+    before = files()
     yield
-    written = sorted({path.name for path in _REPO_ROOT.iterdir()} - before)
+    written = sorted(files() - before)
     assert not written, f"tests wrote into the checkout's root: {written}"

@@ -29,6 +29,7 @@ from tests._support import (
     GrpcTraceReceiver,
     HostileGrpcReceiver,
     closed_port,
+    default_sigint,
     otlp_file_spans,
 )
 
@@ -78,6 +79,7 @@ def _start_blocked_export(tmp_path: Path, lines: int) -> subprocess.Popen[str]:
     process = subprocess.Popen(
         [*ENTRY, "export", "-", "--progress", "lines", "--no-tree", "--out", str(tmp_path / "partial.jsonl")],
         stdin=subprocess.PIPE,
+        preexec_fn=default_sigint,
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
@@ -164,6 +166,7 @@ def test_prometheus_port_0_prints_the_port_it_bound_and_lingers_for_a_scrape(tmp
             "--prometheus-linger",
             "20",
         ],
+        preexec_fn=default_sigint,
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
@@ -333,6 +336,7 @@ def test_one_ctrl_c_during_a_live_tail_exports_what_arrived(tmp_path: Path) -> N
                 "--out",
                 str(tmp_path / "tail.jsonl"),
             ],
+            preexec_fn=default_sigint,
             stderr=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             text=True,
@@ -391,6 +395,7 @@ def test_a_second_ctrl_c_during_the_flush_removes_the_temporary_file_and_keeps_e
                 "60",
             ],
             stdin=subprocess.PIPE,
+            preexec_fn=default_sigint,
             stderr=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             text=True,

@@ -21,6 +21,7 @@ from tests._support import (
     HostileGrpcReceiver,
     HostileHttpReceiver,
     HttpAnswer,
+    default_sigint,
     reference_span_count,
     rulvar_otel_command,
     run_cli,
@@ -172,6 +173,7 @@ def _start_stuck_export(endpoint: str, protocol: str, pipeline: str) -> subproce
             "--no-tree",
         ],
         stdout=subprocess.PIPE,
+        preexec_fn=default_sigint,
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -253,6 +255,7 @@ def test_one_ctrl_c_ends_a_metrics_export_stuck_on_a_stalled_receiver(tmp_path: 
                 "--no-tree",
             ],
             stdout=subprocess.PIPE,
+            preexec_fn=default_sigint,
             stderr=subprocess.PIPE,
             text=True,
         )

@@ -105,6 +105,7 @@ from tests._support._harness import (
     Export,
     agent_end,
     agent_start,
+    default_sigint,
     ev,
     export,
     ms,
@@ -192,6 +193,7 @@ from tests._support._sse_server import (
 )
 
 __all__ = [
+    "default_sigint",
     "Orchestrated",
     "adaptive",
     "of_type",

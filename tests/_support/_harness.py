@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import signal
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -179,3 +180,14 @@ def write_stream(path: Path, items: list[Any]) -> Path:
         encoding="utf-8",
     )
     return path
+
+
+def default_sigint() -> None:
+    """A ``preexec_fn`` for a child that a test interrupts: SIGINT reaches it as from a terminal.
+
+    A child inherits its parent's ignored or blocked signals across exec, and a Python started
+    with SIGINT ignored installs no KeyboardInterrupt handler (asyncio none either): a test's
+    Ctrl-C would then be lost whenever the test process got into that state.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
