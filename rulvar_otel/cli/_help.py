@@ -40,11 +40,9 @@ def package_version() -> str:
 
 
 def version_option_callback(value: bool) -> None:
-    """Eager ``--version``: print ``rulvar-otel <version> (<build>)`` and exit 0."""
+    """Eager ``--version``: print ``rulvar-otel <version>`` and exit 0."""
     if value:
-        from rulvar_otel._build import build_kind
-
-        print(f"{_DISTRIBUTION} {package_version()} ({build_kind()})")
+        print(f"{_DISTRIBUTION} {package_version()}")
         raise typer.Exit(0)
 
 
