@@ -6,7 +6,7 @@ a fresh virtual environment (the wheel alone; its dependencies come from this in
 site-packages through a ``.pth`` line, so nothing is fetched and the installed package shadows the
 checkout), and runs them from a directory outside the repository: the mapper is an extension
 module, ``--version`` names the build, every corpus stream gives the same OTLP bytes compiled and
-pure, and the equality suites pass against the compiled package.
+pure, and the equality suites (and the metric folds' reference tests) pass against the compiled package.
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def test_compiled_and_pure_builds_export_the_same_otlp_bytes_for_every_stream(
     assert outputs["compiled"] == outputs["pure"]
 
 
-def test_the_equality_suites_pass_against_the_compiled_package(
+def test_the_equality_and_fold_suites_pass_against_the_compiled_package(
     compiled: tuple[Path, Path], tmp_path: Path
 ) -> None:
     bindir, _ = compiled
@@ -184,6 +184,8 @@ def test_the_equality_suites_pass_against_the_compiled_package(
             str(tmp_path / "test_which_build.py"),
             str(ROOT / "tests" / "test_conformance.py"),
             str(ROOT / "tests" / "test_direct_equality.py"),
+            str(ROOT / "tests" / "test_metrics_registry_and_reference_folds.py"),
+            str(ROOT / "tests" / "test_direct_metrics.py"),
         ],
         cwd=tmp_path,
         capture_output=True,
