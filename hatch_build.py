@@ -33,7 +33,6 @@ COMPILED = (
     "rulvar_otel/otel/_tool_pairing.py",
     "rulvar_otel/otel/semconv.py",
     "rulvar_otel/sources/jsonl.py",
-    "rulvar_otel/otel/metrics/_folds.py",
 )
 
 # Exit codes of the build script below that mean "this machine cannot compile" (fall back).

@@ -135,8 +135,8 @@ class FoldState:
     # The attribute tuple several definitions read from one event, built once for that event
     # (holding the event also keeps its id from being reused by the next one). `advance` drops
     # it: the same object observed again later must be read against the state of that time.
-    _shared_event: Any = None
-    _shared_build: Any = None
+    _shared_event: object = None
+    _shared_build: object = None
     _shared_value: Any = None
 
     def shared(self, event: Mapping[str, Any], build: Callable[[FoldState, Mapping[str, Any]], _T]) -> _T:
