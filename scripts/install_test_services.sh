@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
 # Installs the services the test suite runs for real (promtool, prometheus, alertmanager) and the
-# tools it needs (capsh, to enforce file modes on root) from Debian when any is missing. Idempotent and quiet: a machine that has them is left untouched.
+# tools it needs (capsh, to enforce file modes on root; gcc and the Python headers, for the mypyc
+# build tests/test_compiled_build.py compiles) from Debian when any is missing. Idempotent and quiet: a machine that has them is left untouched.
 # Debian names the Alertmanager binary prometheus-alertmanager; the tests accept either name.
 set -euo pipefail
 
+have_python_headers() {
+  "${PYTHON:-python3}" -c 'import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'
+}
+
 have_all() {
   command -v capsh >/dev/null 2>&1 &&
+    command -v gcc >/dev/null 2>&1 &&
+    have_python_headers &&
     command -v promtool >/dev/null 2>&1 &&
     command -v prometheus >/dev/null 2>&1 &&
     { command -v alertmanager >/dev/null 2>&1 || command -v prometheus-alertmanager >/dev/null 2>&1; }
@@ -39,7 +47,8 @@ fi
 status=0
 {
   $SUDO apt-get update -qq &&
-    $SUDO apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager libcap2-bin
+    $SUDO apt-get install -y -qq --no-install-recommends prometheus prometheus-alertmanager libcap2-bin \
+      gcc python3-dev
 } >"$log" 2>&1 || status=$?
 if [ "$created_policy" -eq 1 ]; then
   $SUDO rm -f "$policy"
@@ -51,6 +60,7 @@ if [ "$status" -ne 0 ]; then
 fi
 
 if ! have_all; then
-  echo "install_test_services: capsh, promtool, prometheus or alertmanager is still missing after apt-get" >&2
+  echo "install_test_services: capsh, gcc, Python.h, promtool, prometheus or alertmanager is still" \
+       "missing after apt-get" >&2
   exit 1
 fi

@@ -55,7 +55,7 @@ def test_help_has_no_type_tags_and_one_metavar_style(path: list[str], command: o
 def test_version_is_the_packages() -> None:
     expected = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     result = CliRunner().invoke(app, ["--version"])
-    assert result.exit_code == 0 and result.stdout == f"rulvar-otel {expected}\n"
+    assert result.exit_code == 0 and result.stdout == f"rulvar-otel {expected} (pure Python)\n"
 
 
 def _flat(text: str) -> str:

@@ -5,8 +5,9 @@ neither knows the other (the CLI joins them). ``core`` loads no OpenTelemetry, n
 terminal library, at any depth of its code; the engine imports OpenTelemetry and its network
 client only lazily, inside the code that needs them (the OpenAI-compatible adapter's httpx, the
 per-request metrics' semantic conventions), so importing it loads none; nothing below the CLI
-loads a CLI library. The top-level modules sit where they belong: ``errors``, ``_version`` and
-``_lazy`` import nothing of the package, ``masking`` only ``core``, ``testing`` only ``core`` and ``otel``.
+loads a CLI library. The top-level modules sit where they belong: ``errors``, ``_version``,
+``_lazy`` and ``_build`` import nothing of the package, ``masking`` only ``core``, ``testing`` only
+``core`` and ``otel``.
 
 No module imports another that (through any chain) imports it back, counting imports inside
 functions and under ``TYPE_CHECKING``; no module of the package goes through the public facade
@@ -29,6 +30,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rulvar_otel"
 RANKS = {"core": 0, "engine": 1, "otel": 2, "export": 3, "sources": 3, "cli": 4}
 TOP_LEVEL_MAY_IMPORT = {
     "_version": set(),
+    "_build": set(),
     "_lazy": set(),
     "errors": set(),
     "masking": {"core", "errors"},

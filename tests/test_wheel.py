@@ -9,6 +9,7 @@ byte for byte to the repository's source), the refusal to overwrite a changed fi
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tarfile
@@ -62,6 +63,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
     dist = base / "dist"
     build = subprocess.run(
         [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(ROOT)],
+        # The pure-Python wheel (the compiled one is tests/test_compiled_build.py's).
+        env={**os.environ, "RULVAR_OTEL_COMPILE": "0"},
         capture_output=True,
         text=True,
         timeout=300,
@@ -117,7 +120,7 @@ def test_the_installed_command_reports_its_version(installed: tuple[Path, Path],
     bindir, _ = installed
     result = run_installed(bindir, "--version", cwd=tmp_path)
     expected = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    assert result.returncode == 0 and result.stdout == f"rulvar-otel {expected}\n", result
+    assert result.returncode == 0 and result.stdout == f"rulvar-otel {expected} (pure Python)\n", result
 
 
 def test_the_installed_command_writes_every_asset_byte_for_byte(

@@ -40,9 +40,11 @@ def package_version() -> str:
 
 
 def version_option_callback(value: bool) -> None:
-    """Eager ``--version``: print ``rulvar-otel <version>`` and exit 0."""
+    """Eager ``--version``: print ``rulvar-otel <version> (<build>)`` and exit 0."""
     if value:
-        print(f"{_DISTRIBUTION} {package_version()}")
+        from rulvar_otel._build import build_label
+
+        print(f"{_DISTRIBUTION} {package_version()} ({build_label()})")
         raise typer.Exit(0)
 
 

@@ -16,13 +16,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Final
 
+from mypy_extensions import mypyc_attr
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import SpanLimits
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import (
     Link,
-    Span,
     SpanContext,
     SpanKind,
     Status,
@@ -31,6 +31,9 @@ from opentelemetry.trace import (
     Tracer,
     TraceState,
 )
+
+# From its defining module: mypyc's C for a Python class refers to its base's own module.
+from opentelemetry.trace.span import Span
 from opentelemetry.util.types import Attributes, AttributeValue
 
 __all__ = ["RecordingTracer", "SpanRecord"]
@@ -43,6 +46,9 @@ _UNSET: Final = Status(StatusCode.UNSET)
 RecordEvent = tuple[str, int, Mapping[str, AttributeValue]]
 
 
+# A Python class under mypyc: a compiled subclass of an ABC would share its base's ABC registry
+# and cache (``isinstance(span, SpanRecord)`` true of any Span the base has seen).
+@mypyc_attr(native_class=False)
 class SpanRecord(Span):
     """One span: live while the mapper holds it, a finished record once ended.
 
@@ -170,6 +176,7 @@ class SpanRecord(Span):
         """Exceptions can hold content; the mapping contract never records them."""
 
 
+@mypyc_attr(native_class=False)  # an ABC's subclass, as SpanRecord
 class RecordingTracer(Tracer):
     """A tracer whose spans become :class:`SpanRecord` objects handed to ``on_end`` when ended.
 

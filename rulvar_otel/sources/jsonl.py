@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import IO, Any, Final, cast
 
 import orjson
+from mypy_extensions import mypyc_attr
 
 from rulvar_otel.core.handle import RecordedRunHandle, RunOutcome, handle_from_events
 from rulvar_otel.errors import SourceError, StreamLineError
@@ -288,6 +289,8 @@ def _seekable(stream: IO[bytes]) -> bool:
         return False
 
 
+# Python classes under mypyc: a compiled subclass of an ABC would share its base's ABC registry.
+@mypyc_attr(native_class=False)
 class _Prefix(io.RawIOBase):
     """The next ``limit`` bytes of ``stream`` and no more; closing it closes ``stream``."""
 
@@ -314,6 +317,7 @@ class _Prefix(io.RawIOBase):
         super().close()
 
 
+@mypyc_attr(native_class=False)
 class _Copying(io.RawIOBase):
     """``stream`` read through, every byte also written to ``copy`` (``stream`` stays open)."""
 
