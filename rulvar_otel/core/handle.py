@@ -8,8 +8,8 @@ registration onward. :func:`handle_from_events` wraps a recorded stream (a
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mapping
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from collections.abc import AsyncIterable, Iterable, Mapping
+from typing import Any
 
 from rulvar_otel.core._outcome import (
     EventLike,
@@ -19,7 +19,7 @@ from rulvar_otel.core._outcome import (
     outcome_from_json,
     outcome_from_run_end,
 )
-from rulvar_otel.core.run_source import RecordedRun
+from rulvar_otel.core.run_source import RecordedRun, RunHandle
 
 __all__ = [
     "EventLike",
@@ -32,24 +32,6 @@ __all__ = [
     "outcome_from_json",
     "outcome_from_run_end",
 ]
-
-Listener: TypeAlias = Callable[[EventLike], object]
-
-
-@runtime_checkable
-class RunHandle(Protocol):
-    """A run being observed: live from an engine or server, or recorded."""
-
-    @property
-    def run_id(self) -> str: ...
-
-    @property
-    def events(self) -> AsyncIterable[EventLike]: ...
-
-    @property
-    def result(self) -> Awaitable[RunOutcome]: ...
-
-    def on(self, type: str, callback: Listener) -> Callable[[], None]: ...  # noqa: A002 - the seed's name
 
 
 # The handle over a recorded stream, under its older name.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeGuard
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeGuard, runtime_checkable
 
 if TYPE_CHECKING:
     from asyncio import Lock
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from rulvar_otel.core._outcome import EventLike, RunOutcome
     from rulvar_otel.core.masking import SecretMasker
 
-__all__ = ["Listeners", "RecordedRun", "SyncRunHandle", "as_sync_handle"]
+__all__ = ["Listeners", "RecordedRun", "RunHandle", "SyncRunHandle", "as_sync_handle"]
 
 _log = logging.getLogger("rulvar_otel")
 
@@ -90,9 +90,9 @@ class Listeners:
         _log.warning("%s", masker.clean(text))
 
 
-class SyncRunHandle(Protocol):
-    """A recorded run: a :class:`~rulvar_otel.core.handle.RunHandle` whose outcome is known without
-    awaiting and whose events, from a plain iterable, can be read without an event loop."""
+@runtime_checkable
+class RunHandle(Protocol):
+    """A run being observed: live from an engine or server, or recorded."""
 
     @property
     def run_id(self) -> str: ...
@@ -103,7 +103,12 @@ class SyncRunHandle(Protocol):
     @property
     def result(self) -> Awaitable[RunOutcome]: ...
 
-    def on(self, type: str, callback: Listener) -> Callable[[], None]: ...  # noqa: A002
+    def on(self, type: str, callback: Listener) -> Callable[[], None]: ...  # noqa: A002 - the seed's name
+
+
+class SyncRunHandle(RunHandle, Protocol):
+    """A recorded run: a :class:`RunHandle` whose outcome is known without awaiting and whose
+    events, from a plain iterable, can be read without an event loop."""
 
     @property
     def is_sync(self) -> bool: ...
