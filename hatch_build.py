@@ -31,6 +31,7 @@ COMPILED = (
     "rulvar_otel/otel/_event_facts.py",
     "rulvar_otel/otel/_span_state.py",
     "rulvar_otel/otel/_tool_pairing.py",
+    "rulvar_otel/otel/_wire.py",
     "rulvar_otel/otel/semconv.py",
     "rulvar_otel/sources/jsonl.py",
 )

@@ -217,7 +217,7 @@ def _outputs(events: list[dict[str, Any]]) -> dict[str, str]:
     out = {
         "SDK OTLP protobuf": encode_spans(spans).SerializeToString().decode("utf-8", "replace"),
         "direct OTLP protobuf": "".join(
-            b.request().SerializeToString().decode("utf-8", "replace") for b in kept.batches
+            b.request_bytes().decode("utf-8", "replace") for b in kept.batches
         ),
         "direct OTLP/JSON": "".join(b.otlp_json().decode() for b in kept.batches),
         "span tree": tree.getvalue(),

@@ -88,6 +88,8 @@ def test_the_direct_path_exports_what_the_sdk_path_exports(name: str) -> None:
     for got_span, want_span in zip(got, want, strict=True):
         assert got_span == want_span, got_span.name
     assert request == expected
+    # Byte for byte what the library serializes, not only an equal message.
+    assert batch.request_bytes() == expected.SerializeToString()
     # The OTLP/JSON line and the SDK span objects say the same.
     assert parse_otlp_json_line(batch.otlp_json()) == expected
     assert encode_spans(list(batch)) == expected
@@ -99,6 +101,7 @@ def test_span_limits_cut_the_same_events_on_both_paths(name: str) -> None:
     expected = _sdk_request(name, limits)
     batch = _direct(name, limits)
     assert batch.request() == expected
+    assert batch.request_bytes() == expected.SerializeToString()
     assert any(s.dropped_events_count for s in expected.resource_spans[0].scope_spans[0].spans)
 
 

@@ -221,12 +221,34 @@ def grpc_span_exporter(**kwargs: Any) -> SpanExporter:
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
     class DirectGrpcSpanExporter(OTLPSpanExporter):
+        def _initialize_channel_and_stub(self) -> None:
+            super()._initialize_channel_and_stub()  # type: ignore[no-untyped-call]
+            self._client: Any = _PrebuiltExportStub(self._channel)
+
         def _translate_data(self, data: Sequence[ReadableSpan]) -> Any:
             if isinstance(data, EncodedBatch):
-                return data.request()
+                return data.request_bytes()
             return super()._translate_data(data)
 
     return DirectGrpcSpanExporter(**kwargs)
+
+
+def _request_wire(request: bytes | Any) -> bytes:
+    return request if isinstance(request, bytes) else request.SerializeToString()
+
+
+class _PrebuiltExportStub:
+    """The trace service's ``Export`` call, taking a request message or its serialized bytes."""
+
+    def __init__(self, channel: Any) -> None:
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+        method = trace_service_pb2.DESCRIPTOR.services_by_name["TraceService"].methods_by_name["Export"]
+        self.Export = channel.unary_unary(
+            f"/{method.containing_service.full_name}/{method.name}",
+            request_serializer=_request_wire,
+            response_deserializer=trace_service_pb2.ExportTraceServiceResponse.FromString,
+        )
 
 
 def http_span_exporter(**kwargs: Any) -> SpanExporter:
@@ -246,7 +268,7 @@ def http_span_exporter(**kwargs: Any) -> SpanExporter:
             if not isinstance(spans, EncodedBatch) or self._shutdown or client is None:
                 return super().export(spans)
             with self._metrics.export_operation(len(spans)) as result:
-                data = spans.request().SerializeToString()
+                data = spans.request_bytes()
                 limit = getattr(self, "_max_request_size", 0)
                 if 0 < limit < len(data):
                     # The library's rule: a request over the limit is dropped whole, as a failure.

@@ -244,3 +244,8 @@ SHARE_SOURCE: Final = "rulvar.orchestrator.share_source"
 METRIC_OVERFLOW: Final = "otel.metric.overflow"
 # Distinct attribute sets kept per instrument before the overflow series: the SDK's default.
 DEFAULT_METRIC_CARDINALITY_LIMIT: Final[int] = 2000
+
+# Attributes whose value differs on every span (an encoder gains nothing by remembering them).
+UNIQUE_VALUE_KEYS: Final[frozenset[str]] = frozenset(
+    {ENTRY_SEQ, PARENT_SPAN_ID, TOOL_CALL_ID, GEN_AI_TOOL_CALL_ID}
+)

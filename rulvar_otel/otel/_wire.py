@@ -1,0 +1,227 @@
+"""The OTLP/protobuf bytes of finished span records, composed from fragments protobuf serializes.
+
+Building one ``ExportTraceServiceRequest`` from nested dicts costs a message object per
+attribute, and a batch's attributes repeat (the run id, span kinds, statuses, tool names). Here
+protobuf serializes each distinct attribute once, as the field it is inside a span (or a span
+event), and a span's bytes are its own scalar fields, serialized by protobuf, followed by those
+memoised attribute fields, in field-number order. That is the layout protobuf's serializer
+writes (concatenated fields of one message are that message), so the request is byte for byte
+the one the exporter library's ``encode_spans`` serializes. Only the framing of the nested
+messages (a tag and a length) is composed here, with protobuf's own varint encoder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+from google.protobuf.internal.encoder import _VarintBytes
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from rulvar_otel.otel._records import SpanRecord
+from rulvar_otel.otel.semconv import UNIQUE_VALUE_KEYS
+
+__all__ = ["FLAGS", "KIND_CODES", "REMOTE_FLAGS", "STATUS_CODES", "WireMemo", "request_bytes"]
+
+# PB2SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK, and with REMOTE_FLAGS its IS_REMOTE bit:
+# a parent is local unless it came from another process (a host's traceparent).
+FLAGS: Final = 0x100
+REMOTE_FLAGS: Final = 0x300
+_MEMO_LIMIT: Final = 8192  # entries per memo; each is a few dozen bytes
+# The message classes, untyped: their constructors take plain dicts for nested messages.
+PbSpan: Final[Any] = trace_pb2.Span
+_PbEvent: Final[Any] = trace_pb2.Span.Event
+_varint: Final[Callable[[int], bytes]] = _VarintBytes
+
+# OTLP's span kind is the API's enum value plus one (OTLP reserves 0 for "unspecified").
+KIND_CODES: Final = {kind: kind.value + 1 for kind in SpanKind}
+STATUS_CODES: Final = {code: code.value for code in StatusCode}
+
+
+def _tag(message: Any, field: str) -> bytes:
+    """The key of a length-delimited ``field`` of ``message`` (wire type 2)."""
+    return _varint(message.DESCRIPTOR.fields_by_name[field].number << 3 | 2)
+
+
+_EVENT_TAG: Final = _tag(PbSpan, "events")
+_SPAN_TAG: Final = _tag(trace_pb2.ScopeSpans, "spans")
+_SCOPE_SPANS_TAG: Final = _tag(trace_pb2.ResourceSpans, "scope_spans")
+_RESOURCE_SPANS_TAG: Final = _tag(trace_service_pb2.ExportTraceServiceRequest, "resource_spans")
+
+
+def _any_value(value: Any) -> dict[str, Any]:
+    cls = value.__class__
+    if cls is str:
+        return {"string_value": value}
+    if cls is bool:
+        return {"bool_value": value}
+    if cls is int:
+        return {"int_value": value}
+    if cls is float:
+        return {"double_value": value}
+    if isinstance(value, bytes):
+        return {"bytes_value": value}
+    if isinstance(value, bool):
+        return {"bool_value": bool(value)}
+    if isinstance(value, int):
+        return {"int_value": int(value)}
+    if isinstance(value, float):
+        return {"double_value": float(value)}
+    if isinstance(value, str):
+        return {"string_value": str(value)}
+    return {"array_value": {"values": [_any_value(v) for v in value]}}
+
+
+class WireMemo:
+    """Serialized fragments an export's batches share: attribute fields, span tails.
+
+    String and integer attributes are kept apart by type (``1``, ``1.0`` and ``True`` are equal
+    keys in one dict but encode differently); each memo is bounded (cleared when full).
+    """
+
+    def __init__(self) -> None:
+        self.span_strings: dict[tuple[str, Any], bytes] = {}
+        self.span_ints: dict[tuple[str, Any], bytes] = {}
+        self.event_strings: dict[tuple[str, Any], bytes] = {}
+        self.event_ints: dict[tuple[str, Any], bytes] = {}
+        # (status, flags) -> the span's trailing status and flags fields.
+        self.tails: dict[tuple[Status, int], bytes] = {}
+
+
+def _span_attribute(item: tuple[str, Any]) -> bytes:
+    field: bytes = PbSpan(attributes=[{"key": item[0], "value": _any_value(item[1])}]).SerializeToString()
+    return field
+
+
+def _event_attribute(item: tuple[str, Any]) -> bytes:
+    field: bytes = _PbEvent(attributes=[{"key": item[0], "value": _any_value(item[1])}]).SerializeToString()
+    return field
+
+
+def _attributes(
+    attributes: Mapping[str, Any],
+    strings: dict[tuple[str, Any], bytes],
+    ints: dict[tuple[str, Any], bytes],
+    event: bool,
+) -> list[bytes]:
+    out: list[bytes] = []
+    for item in attributes.items():
+        # A string item never equals a number item, so one lookup serves the common case.
+        field = strings.get(item)
+        if field is None:
+            field = ints.get(item) if item[1].__class__ is int else None
+            if field is None:
+                field = _missed(item, strings, ints, event)
+        out.append(field)
+    return out
+
+
+def _missed(
+    item: tuple[str, Any],
+    strings: dict[tuple[str, Any], bytes],
+    ints: dict[tuple[str, Any], bytes],
+    event: bool,
+) -> bytes:
+    field = _event_attribute(item) if event else _span_attribute(item)
+    if item[0] in UNIQUE_VALUE_KEYS:
+        return field  # one value per span: kept, it would only push the repeating ones out
+    cls = item[1].__class__
+    memo = strings if cls is str else ints if cls is int else None
+    if memo is not None:
+        if len(memo) >= _MEMO_LIMIT:
+            memo.clear()
+        memo[item] = field
+    return field
+
+
+def _events(record: SpanRecord, memo: WireMemo) -> list[bytes]:
+    out: list[bytes] = []
+    for name, ts, attrs in record.events:
+        parts = [_PbEvent(time_unix_nano=ts, name=name).SerializeToString()]
+        if attrs:
+            parts += _attributes(attrs, memo.event_strings, memo.event_ints, True)
+        body = b"".join(parts)
+        out.append(_EVENT_TAG + _varint(len(body)) + body)
+    return out
+
+
+def _tail(record: SpanRecord, memo: WireMemo) -> bytes:
+    """Fields 12 to 16: dropped events, links, status, flags (memoised when there are no links)."""
+    status = record.status
+    flags = REMOTE_FLAGS if record.parent_remote else FLAGS
+    status_fields = {"code": STATUS_CODES[status.status_code], "message": status.description}
+    if record.links or record.dropped_events:
+        links = [
+            {
+                "trace_id": c.trace_id.to_bytes(16, "big"),
+                "span_id": c.span_id.to_bytes(8, "big"),
+                "flags": REMOTE_FLAGS if c.is_remote else FLAGS,
+            }
+            for c in record.links
+        ]
+        fields: bytes = PbSpan(
+            dropped_events_count=record.dropped_events, links=links, status=status_fields, flags=flags
+        ).SerializeToString()
+        return fields
+    key = (status, flags)
+    tail = memo.tails.get(key)
+    if tail is None:
+        if len(memo.tails) >= _MEMO_LIMIT:
+            memo.tails.clear()
+        tail = memo.tails[key] = PbSpan(status=status_fields, flags=flags).SerializeToString()
+    return tail
+
+
+def _span(record: SpanRecord, trace_bytes: bytes, memo: WireMemo) -> bytes:
+    parts = [
+        PbSpan(
+            trace_id=trace_bytes,
+            span_id=record.span_id.to_bytes(8, "big"),
+            trace_state=record.trace_state.to_header() if record.trace_state else "",
+            parent_span_id=record.parent_id.to_bytes(8, "big") if record.parent_id else b"",
+            name=record.name,
+            kind=KIND_CODES[record.kind],
+            start_time_unix_nano=record.start_ns,
+            end_time_unix_nano=record.end_ns,
+        ).SerializeToString()
+    ]
+    if record.attributes:
+        parts += _attributes(record.attributes, memo.span_strings, memo.span_ints, False)
+    if record.dropped_attributes:
+        parts.append(PbSpan(dropped_attributes_count=record.dropped_attributes).SerializeToString())
+    if record.events:
+        parts += _events(record, memo)
+    parts.append(_tail(record, memo))
+    body = b"".join(parts)
+    return _SPAN_TAG + _varint(len(body)) + body
+
+
+def request_bytes(
+    records: Sequence[SpanRecord],
+    resource_head: bytes,
+    scope_head: bytes,
+    scope_schema: bytes,
+    resource_schema: bytes,
+    memo: WireMemo,
+) -> bytes:
+    """The serialized ``ExportTraceServiceRequest`` of ``records`` under one resource and scope.
+
+    ``resource_head``/``scope_head`` are the serialized ``resource`` and ``scope`` fields of
+    ``ResourceSpans`` and ``ScopeSpans``, ``*_schema`` their serialized ``schema_url`` fields.
+    """
+    trace_id = -1
+    trace_bytes = b""
+    parts = [scope_head]
+    for record in records:
+        if record.trace_id != trace_id:
+            trace_id = record.trace_id
+            trace_bytes = trace_id.to_bytes(16, "big")
+        parts.append(_span(record, trace_bytes, memo))
+    parts.append(scope_schema)
+    scope_spans = b"".join(parts)
+    resource_spans = b"".join(
+        (resource_head, _SCOPE_SPANS_TAG, _varint(len(scope_spans)), scope_spans, resource_schema)
+    )
+    return _RESOURCE_SPANS_TAG + _varint(len(resource_spans)) + resource_spans
