@@ -5,7 +5,8 @@ round, with the median of the per-round ratios; see docs/benchmarks.md for what 
 
 The figures live in ``_figures_mapping`` (1-3), ``_figures_scale`` (4-5) and ``_figures_direct``
 (6-8), ``_figures_tail`` (9), ``_figures_startup`` (start-up and progress), ``_figures_http``
-(OTLP/HTTP against OTLP/gRPC on the direct path); the rows and the table
+(OTLP/HTTP against OTLP/gRPC on the direct path), ``_figures_compiled`` (the mypyc build against
+the pure sources); the rows and the table
 in ``_report``. This module is the command line.
 """
 
@@ -18,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from benchmarks._figures_compiled import bench_compiled
 from benchmarks._figures_direct import bench_direct
 from benchmarks._figures_http import bench_http
 from benchmarks._figures_mapping import bench_floor, bench_metrics, bench_parse
@@ -55,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--only",
-        default="parse,floor,metrics,direct,http,scale,e2e,tail,startup,progress",
+        default="parse,floor,metrics,direct,http,compiled,scale,e2e,tail,startup,progress",
         help="comma-separated sections to run (default all)",
     )
     parser.add_argument("--json", type=Path, help="also write the figures as JSON to this file")
@@ -99,6 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         steps.append(("direct path", lambda: bench_direct(stream, rounds)))
     if "http" in sections:
         steps.append(("OTLP/HTTP against OTLP/gRPC", lambda: bench_http(stream, rounds)))
+    if "compiled" in sections:
+        steps.append(("compiled against pure Python", lambda: bench_compiled(stream, min(rounds, 7))))
     if "scale" in sections:
         steps.append(("scale", lambda: bench_scale(stream, points, tracers, target_events)))
     if "e2e" in sections:

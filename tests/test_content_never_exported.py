@@ -216,9 +216,7 @@ def _outputs(events: list[dict[str, Any]]) -> dict[str, str]:
     )
     out = {
         "SDK OTLP protobuf": encode_spans(spans).SerializeToString().decode("utf-8", "replace"),
-        "direct OTLP protobuf": "".join(
-            b.request_bytes().decode("utf-8", "replace") for b in kept.batches
-        ),
+        "direct OTLP protobuf": "".join(b.request_bytes().decode("utf-8", "replace") for b in kept.batches),
         "direct OTLP/JSON": "".join(b.otlp_json().decode() for b in kept.batches),
         "span tree": tree.getvalue(),
         "metric labels": "\n".join(labels),
