@@ -67,6 +67,7 @@ def test_quick_mode_prints_every_figure(tmp_path: Path) -> None:
         "metrics",
         "direct path",
         "http",
+        "compiled",
         "scale",
         "end to end",
         "start-up",
