@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from typer.testing import CliRunner
 
 from rulvar_otel.cli import app
-from rulvar_otel.cli._common import EXIT_OK, EXIT_USAGE, options_from_cli
+from rulvar_otel.cli._common import EXIT_OK, EXIT_USAGE, options_from_cli, run_export
 from rulvar_otel.cli._tree import format_duration_ns, render_span_tree
 from rulvar_otel.core.handle import handle_from_events
 from rulvar_otel.errors import ConfigError
@@ -30,6 +30,7 @@ from rulvar_otel.export import (
 from tests._support import (
     REFERENCE,
     STREAMS,
+    GrpcTraceReceiver,
     events,
     otlp_file_spans,
     reference_span_count,
@@ -503,3 +504,20 @@ def test_no_openinference_drops_the_openinference_span_kind(tmp_path: Path) -> N
         assert {a.key for s in spans for a in s.attributes if a.key.startswith("gen_ai.")}  # GenAI stays
     assert {"CHAIN", "AGENT", "LLM", "TOOL"} <= kinds["--openinference"]
     assert kinds["--no-openinference"] == set()
+
+
+@pytest.mark.parametrize(("tree", "kept"), [(None, False), (True, True), (False, False)])
+def test_spans_are_kept_for_the_tree_only_when_it_will_be_printed(
+    otel_env_cleared: Path, tree: bool | None, kept: bool
+) -> None:
+    # With an endpoint the tree is off by default, so the export keeps no span for it.
+    with GrpcTraceReceiver() as receiver:
+        command = options_from_cli(endpoint=receiver.endpoint, protocol="grpc", progress="off", tree=tree)
+        stdout = io.StringIO()
+        code, report = run_export(
+            handle_from_events(events("nested")), command, stdout=stdout, stderr=io.StringIO()
+        )
+        received = len(receiver.spans())
+    assert code == EXIT_OK and report.spans == received > 0
+    assert len(report.kept_spans) == (report.spans if kept else 0)
+    assert bool(stdout.getvalue()) is kept

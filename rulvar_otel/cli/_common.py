@@ -43,6 +43,7 @@ from rulvar_otel.export import (
     export_run,
     export_run_async,
     parse_header,
+    resolve_otlp_target,
     resolve_service_name,
 )
 from rulvar_otel.masking import compile_secret_masker, set_output_masker
@@ -466,8 +467,19 @@ class _StreamEventCounter:
         pass
 
 
+def _tree_wanted(command: CommandOptions) -> bool:
+    """Whether the finished span tree will be printed: ``--tree``, or by default only when no OTLP
+    endpoint is configured (the spans then go to a file). Spans are kept for it only then."""
+    if command.tree is not None:
+        return command.tree
+    try:
+        return resolve_otlp_target(command.export) is None
+    except ConfigError:
+        return True  # the export itself reports the bad setting, before any span exists
+
+
 def _observers(command: CommandOptions, counter: _StreamEventCounter) -> list[EventObserver]:
-    observers: list[EventObserver] = [counter] if command.tree is not False else []
+    observers: list[EventObserver] = [counter] if _tree_wanted(command) else []
     if command.progress == "off":
         return observers
     from rulvar_otel.cli._progress import open_progress
@@ -510,7 +522,7 @@ def run_export(
         command.export,
         observers=_observers(command, counter),
         on_note=notes,
-        keep_spans=command.tree is not False,
+        keep_spans=_tree_wanted(command),
     )
     if streamed_events is not None:
         streamed = streamed_events()
@@ -536,7 +548,7 @@ async def run_export_async(
         command.export,
         observers=_observers(command, counter),
         on_note=notes,
-        keep_spans=command.tree is not False,
+        keep_spans=_tree_wanted(command),
         metrics=metrics,
     )
     return _print(report, command, notes, counter, stdout, stderr), report

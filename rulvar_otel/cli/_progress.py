@@ -183,7 +183,7 @@ class _MilestoneView(ProgressView):
             self._last_line_at = self._clock()
 
     def feed(self, event: Mapping[str, Any]) -> None:
-        wire = as_wire(event)
+        wire = event if type(event) is dict else as_wire(event)
         if wire.get("type") in _MILESTONE_KINDS:
             self._write(self._printer.lines(wire))
         else:

@@ -130,7 +130,7 @@ class ProgressState:
 
     def apply(self, event: EventLike) -> Mapping[str, Any]:
         """Fold one event; returns its wire form (callers reuse it)."""
-        wire = as_wire(event)
+        wire = event if type(event) is dict else as_wire(event)
         self.events += 1
         kind = wire.get("type")
         raw_ts = wire.get("ts")

@@ -315,7 +315,32 @@ class RecordedRun:
         if self._sync is None:
             raise TypeError("this run wraps an async source; iterate run.events instead")
         self._claim()
-        return self._iter_sync()
+        return self._iter_sync() if self._buffer is not None else self._iter_unbuffered()
+
+    def _iter_unbuffered(self) -> Iterator[EventLike]:
+        """An unbuffered stream read once (an export): ``_next_sync``'s record, in line per event."""
+        if self._peeked is not _NOTHING or self._done:
+            event = self._next_sync()
+            if event is _NOTHING:
+                return
+            yield event  # type: ignore[misc]
+        source = self._sync
+        assert source is not None
+        by_type = self._listeners._by_type  # one emptiness check per event, no call
+        for event in source:
+            if type(event) is not dict:
+                self._record(event)
+                yield event
+                continue
+            kind = event.get("type")
+            if self._run_id is None and isinstance(rid := event.get("runId"), str):
+                self._run_id = rid
+            if kind == "run:end":
+                self.last_run_end = event
+            if by_type:
+                self._listeners.dispatch(event, kind if isinstance(kind, str) else None)
+            yield event
+        self._done = True
 
     def _iter_sync(self) -> Iterator[EventLike]:
         buffer = self._buffer

@@ -68,7 +68,7 @@ class _Export:
         if pipeline is None:
             pipeline = direct_pipeline if options.pipeline == "direct" else sdk_pipeline
         self.make_pipeline: PipelineFactory = pipeline
-        self.observers = list(observers)
+        self.observers = tuple(observers)  # replaced, never changed in place: feed iterates it
         self.on_note = on_note
         self.environ = environ
         self.keep_spans = keep_spans
@@ -145,11 +145,11 @@ class _Export:
         self.events += 1
         assert self.pipeline is not None
         self.pipeline.feed(event)
-        for observer in list(self.observers):
+        for observer in self.observers:
             try:
                 observer.feed(event)
             except Exception:  # noqa: BLE001 - an observer's failure never costs a span
-                self.observers.remove(observer)
+                self.observers = tuple(o for o in self.observers if o is not observer)
 
     def finish(self, outcome: RunOutcome | BaseException | None) -> None:
         """The drain's end: nothing to do yet, :meth:`close` settles with what the drain found."""

@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from google.protobuf.internal.encoder import _VarintBytes
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -33,6 +34,8 @@ _MEMO_LIMIT: Final = 8192  # entries per memo; each is a few dozen bytes
 # The message classes, untyped: their constructors take plain dicts for nested messages.
 PbSpan: Final[Any] = trace_pb2.Span
 _PbEvent: Final[Any] = trace_pb2.Span.Event
+_AnyValue: Final[Any] = common_pb2.AnyValue
+_KeyValue: Final[Any] = common_pb2.KeyValue
 _varint: Final[Callable[[int], bytes]] = _VarintBytes
 
 # OTLP's span kind is the API's enum value plus one (OTLP reserves 0 for "unspecified").
@@ -49,6 +52,14 @@ _EVENT_TAG: Final = _tag(PbSpan, "events")
 _SPAN_TAG: Final = _tag(trace_pb2.ScopeSpans, "spans")
 _SCOPE_SPANS_TAG: Final = _tag(trace_pb2.ResourceSpans, "scope_spans")
 _RESOURCE_SPANS_TAG: Final = _tag(trace_service_pb2.ExportTraceServiceRequest, "resource_spans")
+_SPAN_ATTRIBUTE_TAG: Final = _tag(PbSpan, "attributes")
+_EVENT_ATTRIBUTE_TAG: Final = _tag(_PbEvent, "attributes")
+_VALUE_TAG: Final = _tag(_KeyValue, "value")
+
+# Length prefixes up to this size are memoised (one or two varint bytes; spans and attributes
+# are almost always shorter).
+_LENGTH_MEMO_LIMIT: Final = 16384
+_LENGTHS: Final[dict[int, bytes]] = {}
 
 
 def _any_value(value: Any) -> dict[str, Any]:
@@ -74,8 +85,24 @@ def _any_value(value: Any) -> dict[str, Any]:
     return {"array_value": {"values": [_any_value(v) for v in value]}}
 
 
+def _value_bytes(value: Any) -> bytes:
+    """The serialized ``AnyValue`` of an attribute value (protobuf serializes it)."""
+    cls = value.__class__
+    if cls is str:
+        out: bytes = _AnyValue(string_value=value).SerializeToString()
+    elif cls is int:
+        out = _AnyValue(int_value=value).SerializeToString()
+    elif cls is float:
+        out = _AnyValue(double_value=value).SerializeToString()
+    elif cls is bool:
+        out = _AnyValue(bool_value=value).SerializeToString()
+    else:
+        out = _AnyValue(**_any_value(value)).SerializeToString()
+    return out
+
+
 class WireMemo:
-    """Serialized fragments an export's batches share: attribute fields, span tails.
+    """Serialized fragments an export's batches share: attribute fields, keys, span tails.
 
     String and integer attributes are kept apart by type (``1``, ``1.0`` and ``True`` are equal
     keys in one dict but encode differently); each memo is bounded (cleared when full).
@@ -86,18 +113,37 @@ class WireMemo:
         self.span_ints: dict[tuple[str, Any], bytes] = {}
         self.event_strings: dict[tuple[str, Any], bytes] = {}
         self.event_ints: dict[tuple[str, Any], bytes] = {}
+        # attribute key -> the serialized ``key`` field of its KeyValue.
+        self.keys: dict[str, bytes] = {}
         # (status, flags) -> the span's trailing status and flags fields.
         self.tails: dict[tuple[Status, int], bytes] = {}
 
 
-def _span_attribute(item: tuple[str, Any]) -> bytes:
-    field: bytes = PbSpan(attributes=[{"key": item[0], "value": _any_value(item[1])}]).SerializeToString()
-    return field
+def _length(size: int) -> bytes:
+    """The varint length prefix of a ``size``-byte field (protobuf's encoder, memoised)."""
+    prefix = _LENGTHS.get(size)
+    if prefix is None:
+        prefix = _varint(size)
+        if size < _LENGTH_MEMO_LIMIT:
+            _LENGTHS[size] = prefix
+    return prefix
 
 
-def _event_attribute(item: tuple[str, Any]) -> bytes:
-    field: bytes = _PbEvent(attributes=[{"key": item[0], "value": _any_value(item[1])}]).SerializeToString()
-    return field
+def _attribute_field(item: tuple[str, Any], field_tag: bytes, keys: dict[str, bytes]) -> bytes:
+    """One ``attributes`` field (a KeyValue) of a span or span event.
+
+    Protobuf serializes the key field and the value message; a KeyValue is those two fields in
+    field-number order, framed here by their tag and length.
+    """
+    key = item[0]
+    key_field = keys.get(key)
+    if key_field is None:
+        if len(keys) >= _MEMO_LIMIT:
+            keys.clear()
+        key_field = keys[key] = _KeyValue(key=key).SerializeToString()
+    value = _value_bytes(item[1])
+    body = key_field + _VALUE_TAG + _length(len(value)) + value
+    return field_tag + _length(len(body)) + body
 
 
 def _attributes(
@@ -105,6 +151,7 @@ def _attributes(
     strings: dict[tuple[str, Any], bytes],
     ints: dict[tuple[str, Any], bytes],
     event: bool,
+    keys: dict[str, bytes],
 ) -> list[bytes]:
     out: list[bytes] = []
     for item in attributes.items():
@@ -113,7 +160,7 @@ def _attributes(
         if field is None:
             field = ints.get(item) if item[1].__class__ is int else None
             if field is None:
-                field = _missed(item, strings, ints, event)
+                field = _missed(item, strings, ints, event, keys)
         out.append(field)
     return out
 
@@ -123,8 +170,9 @@ def _missed(
     strings: dict[tuple[str, Any], bytes],
     ints: dict[tuple[str, Any], bytes],
     event: bool,
+    keys: dict[str, bytes],
 ) -> bytes:
-    field = _event_attribute(item) if event else _span_attribute(item)
+    field = _attribute_field(item, _EVENT_ATTRIBUTE_TAG if event else _SPAN_ATTRIBUTE_TAG, keys)
     if item[0] in UNIQUE_VALUE_KEYS:
         return field  # one value per span: kept, it would only push the repeating ones out
     cls = item[1].__class__
@@ -141,9 +189,9 @@ def _events(record: SpanRecord, memo: WireMemo) -> list[bytes]:
     for name, ts, attrs in record.events:
         parts = [_PbEvent(time_unix_nano=ts, name=name).SerializeToString()]
         if attrs:
-            parts += _attributes(attrs, memo.event_strings, memo.event_ints, True)
+            parts += _attributes(attrs, memo.event_strings, memo.event_ints, True, memo.keys)
         body = b"".join(parts)
-        out.append(_EVENT_TAG + _varint(len(body)) + body)
+        out.append(_EVENT_TAG + _length(len(body)) + body)
     return out
 
 
@@ -188,14 +236,14 @@ def _span(record: SpanRecord, trace_bytes: bytes, memo: WireMemo) -> bytes:
         ).SerializeToString()
     ]
     if record.attributes:
-        parts += _attributes(record.attributes, memo.span_strings, memo.span_ints, False)
+        parts += _attributes(record.attributes, memo.span_strings, memo.span_ints, False, memo.keys)
     if record.dropped_attributes:
         parts.append(PbSpan(dropped_attributes_count=record.dropped_attributes).SerializeToString())
     if record.events:
         parts += _events(record, memo)
     parts.append(_tail(record, memo))
     body = b"".join(parts)
-    return _SPAN_TAG + _varint(len(body)) + body
+    return _SPAN_TAG + _length(len(body)) + body
 
 
 def request_bytes(
