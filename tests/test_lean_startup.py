@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests._support import STREAMS
+from tests._support import STREAMS, HttpTraceReceiver
 
 HEAVY = (
     "rulvar_otel.core.events",
@@ -68,3 +68,26 @@ def test_importing_the_package_loads_no_event_model_nor_pydantic() -> None:
         check=True,
     )
     assert out.stdout.strip() == "[]"
+
+
+_SYNC_EXPORT_NEEDS_NOT = ("asyncio", "google.protobuf.json_format")
+
+
+def test_an_otlp_http_export_loads_neither_asyncio_nor_protobufs_json_printer() -> None:
+    # A synchronous export to an endpoint reads, maps and sends: no event loop, no JSON rendering
+    # (over gRPC, the grpc package itself loads asyncio).
+    with HttpTraceReceiver() as receiver:
+        argv = ["rulvar-otel", "export", str(STREAMS / "tools.jsonl"), "--endpoint", receiver.endpoint]
+        argv += ["--protocol", "http/protobuf", "--progress", "auto"]
+        probe = (
+            "import sys\nfrom rulvar_otel.cli import main\n"
+            f"sys.argv = {argv!r}\n"
+            "try:\n    main()\nexcept SystemExit as exc:\n    assert exc.code in (0, None), exc.code\n"
+            "finally:\n"
+            f"    print('LOADED', *sorted(m for m in {_SYNC_EXPORT_NEEDS_NOT!r} if m in sys.modules))"
+        )
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+        received = len(receiver.spans())
+    loaded = next(line for line in out.stdout.splitlines() if line.startswith("LOADED"))
+    assert loaded.split()[1:] == []
+    assert received > 0

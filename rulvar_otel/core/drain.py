@@ -13,8 +13,8 @@ one failing sink never costs the others an event.
 
 from __future__ import annotations
 
-import asyncio
 import logging
+import sys
 from collections.abc import AsyncIterable, Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Generic, Protocol, TypeVar, runtime_checkable
@@ -30,8 +30,16 @@ _log = logging.getLogger("rulvar_otel")
 
 Outcome = RunOutcome | BaseException | None
 _R = TypeVar("_R")
-# What stops a drain before the run settles: the sinks end what they started, then it propagates.
-_INTERRUPTS: tuple[type[BaseException], ...] = (asyncio.CancelledError, KeyboardInterrupt)
+
+
+def _interrupts() -> tuple[type[BaseException], ...]:
+    """What stops a drain before the run settles: the sinks end what they started, then it propagates.
+
+    asyncio's cancellation counts once asyncio is loaded (nothing can raise it before, and a
+    synchronous export does not pay asyncio's import).
+    """
+    aio = sys.modules.get("asyncio")
+    return (KeyboardInterrupt,) if aio is None else (aio.CancelledError, KeyboardInterrupt)
 
 
 @runtime_checkable
@@ -275,7 +283,7 @@ async def drain(
             outcome = run.source_error
         else:
             outcome = await _result(handle)
-    except _INTERRUPTS as stop:
+    except _interrupts() as stop:
         run.stopped(stop)
         outcome = recorded.outcome_now() if recorded is not None else stop
     return run.done(outcome)
@@ -312,6 +320,6 @@ def _drain_sync(
 ) -> Drained:
     try:
         run.read_sync(events)
-    except _INTERRUPTS as stop:
+    except _interrupts() as stop:
         run.stopped(stop)
     return run.done(settle(run))

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpcore
-from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 from opentelemetry.exporter.http.transport._base import BaseHTTPResult, BaseHTTPTransport
 
@@ -223,10 +222,10 @@ class BoundedHttpTransport(BaseHTTPTransport):
         message = self._response()
         try:
             if "json" in content_type.lower():
-                json_format.Parse(body.decode("utf-8"), message, ignore_unknown_fields=True)
+                _parse_json(body, message)
             else:
                 message.ParseFromString(body)
-        except (DecodeError, json_format.ParseError, ValueError, UnicodeDecodeError) as exc:
+        except (DecodeError, ValueError, UnicodeDecodeError) as exc:
             raise ResponseError("the receiver's answer is not an OTLP export response") from exc
         self.rejections.read(message, self._field)
 
@@ -235,3 +234,16 @@ class BoundedHttpTransport(BaseHTTPTransport):
 
     def close(self) -> None:
         self._pool.close()
+
+
+def _parse_json(body: bytes, message: Message) -> None:
+    """Read an OTLP/JSON answer into ``message``; ``ValueError`` when it is not one.
+
+    protobuf's JSON parser loads here, on the first JSON answer only.
+    """
+    from google.protobuf import json_format
+
+    try:
+        json_format.Parse(body.decode("utf-8"), message, ignore_unknown_fields=True)
+    except json_format.ParseError as exc:
+        raise ValueError(str(exc)) from exc

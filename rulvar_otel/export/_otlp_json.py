@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 import orjson
-from google.protobuf import json_format
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan
@@ -71,6 +70,8 @@ def spans_to_otlp_json(spans: Sequence[ReadableSpan]) -> bytes:
     """
     if isinstance(spans, EncodedBatch):
         return spans.otlp_json()
+    from google.protobuf import json_format  # only for spans that are not a direct batch
+
     request = json_format.MessageToDict(encode_spans(spans), use_integers_for_enums=True)
     _map_ids(request, _b64_to_hex)
     return orjson.dumps(request)
@@ -83,6 +84,8 @@ def parse_otlp_json_line(line: str | bytes) -> ExportTraceServiceRequest:
         raise ValueError("an OTLP/JSON line must hold a JSON object")
     _map_ids(request, _hex_to_b64)
     message = ExportTraceServiceRequest()
+    from google.protobuf import json_format
+
     json_format.ParseDict(request, message)
     return message
 

@@ -10,7 +10,6 @@ printed and nothing is raised for bad options, bad input or an unreachable backe
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -257,6 +256,8 @@ async def export_run_async(
         # A broken stream's result is not awaited: the report says the input failed.
         drained = await drain(handle, export, interrupts=_Cancelled(export), settle_broken=False)
         # Flushing can block for up to one export timeout; keep the event loop free meanwhile.
+        import asyncio  # loaded already: this runs in an event loop
+
         try:
             return await asyncio.to_thread(export.close, drained, handle)
         except asyncio.CancelledError:
@@ -274,6 +275,8 @@ class _Cancelled(Interrupts):
         self._export = export
 
     def absorb(self, stop: BaseException) -> bool:
+        import asyncio  # an async drain's policy: asyncio is loaded
+
         if not isinstance(stop, asyncio.CancelledError):
             return False
         self._export.interrupt()
@@ -370,6 +373,8 @@ def export_run(
             if not export.open():
                 return export.report_only()
             return export.close(drain_run(handle, export, interrupts=interrupt), handle)
+    import asyncio  # only an async source needs an event loop (a sync export never loads asyncio)
+
     return asyncio.run(
         export_run_async(
             handle,

@@ -17,7 +17,6 @@ from functools import cached_property
 from typing import Any, Final, overload
 
 import orjson
-from google.protobuf import json_format
 from opentelemetry.exporter.otlp.proto.common._internal import (
     _encode_instrumentation_scope,
     _encode_resource,
@@ -55,8 +54,6 @@ class BatchHeader:
         self.scope = scope
         self.resource_pb = _encode_resource(resource)
         self.scope_pb = _encode_instrumentation_scope(scope)
-        self.resource_json = json_format.MessageToDict(self.resource_pb, use_integers_for_enums=True)
-        self.scope_json = json_format.MessageToDict(self.scope_pb, use_integers_for_enums=True)
         self.resource_head = ResourceSpans(resource=self.resource_pb).SerializeToString()
         self.scope_head = ScopeSpans(scope=self.scope_pb).SerializeToString()
         self.resource_schema = ResourceSpans(schema_url=resource.schema_url).SerializeToString()
@@ -66,6 +63,22 @@ class BatchHeader:
         self.json_memo: dict[tuple[str, Any], dict[str, Any]] = {}
         # Status -> its OTLP/JSON object (a few shared statuses, and one per error message).
         self.json_statuses: dict[Status, dict[str, Any]] = {}
+
+    # The JSON forms only an OTLP/JSON file needs (protobuf's JSON printer loads on first use).
+
+    @cached_property
+    def resource_json(self) -> dict[str, Any]:
+        from google.protobuf import json_format
+
+        resource: dict[str, Any] = json_format.MessageToDict(self.resource_pb, use_integers_for_enums=True)
+        return resource
+
+    @cached_property
+    def scope_json(self) -> dict[str, Any]:
+        from google.protobuf import json_format
+
+        scope: dict[str, Any] = json_format.MessageToDict(self.scope_pb, use_integers_for_enums=True)
+        return scope
 
 
 def _json_value(value: Any) -> dict[str, Any]:

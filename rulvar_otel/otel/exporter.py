@@ -9,7 +9,6 @@ the host's ``tracer`` or, with ``exporter=``, straight to SDK span exporters on 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Sequence
 
 from opentelemetry.context import Context
@@ -178,6 +177,8 @@ async def to_otel(
             await drain(run, *sinks)
         finally:
             # Flushing waits for the exporters (bounded by their timeouts): off the event loop.
+            import asyncio  # running in an event loop: loaded already
+
             await asyncio.to_thread(direct.shutdown)
         return mapper.span_count
     assert tracer is not None
