@@ -12,6 +12,7 @@ messages (a tag and a length) is composed here, with protobuf's own varint encod
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
@@ -85,19 +86,25 @@ def _any_value(value: Any) -> dict[str, Any]:
     return {"array_value": {"values": [_any_value(v) for v in value]}}
 
 
-def _value_bytes(value: Any) -> bytes:
-    """The serialized ``AnyValue`` of an attribute value (protobuf serializes it)."""
+def _value_bytes(value: Any, message: Any) -> bytes:
+    """The serialized ``AnyValue`` of an attribute value (protobuf serializes it).
+
+    ``message`` is an ``AnyValue`` reused for scalars: setting one member of its ``value`` oneof
+    clears the others, so it serializes exactly as a new message would.
+    """
     cls = value.__class__
     if cls is str:
-        out: bytes = _AnyValue(string_value=value).SerializeToString()
+        message.string_value = value
     elif cls is int:
-        out = _AnyValue(int_value=value).SerializeToString()
+        message.int_value = value
     elif cls is float:
-        out = _AnyValue(double_value=value).SerializeToString()
+        message.double_value = value
     elif cls is bool:
-        out = _AnyValue(bool_value=value).SerializeToString()
+        message.bool_value = value
     else:
-        out = _AnyValue(**_any_value(value)).SerializeToString()
+        fresh: bytes = _AnyValue(**_any_value(value)).SerializeToString()
+        return fresh
+    out: bytes = message.SerializeToString()
     return out
 
 
@@ -117,6 +124,12 @@ class WireMemo:
         self.keys: dict[str, bytes] = {}
         # (status, flags) -> the span's trailing status and flags fields.
         self.tails: dict[tuple[Status, int], bytes] = {}
+        # Messages reused for each span's scalar fields, each span event's and each new value
+        # (every field is set before each use); the lock keeps one batch's encoding whole.
+        self.span_message: Any = PbSpan()
+        self.event_message: Any = _PbEvent()
+        self.value_message: Any = _AnyValue()
+        self.lock = threading.Lock()
 
 
 def _length(size: int) -> bytes:
@@ -129,19 +142,20 @@ def _length(size: int) -> bytes:
     return prefix
 
 
-def _attribute_field(item: tuple[str, Any], field_tag: bytes, keys: dict[str, bytes]) -> bytes:
+def _attribute_field(item: tuple[str, Any], field_tag: bytes, memo: WireMemo) -> bytes:
     """One ``attributes`` field (a KeyValue) of a span or span event.
 
     Protobuf serializes the key field and the value message; a KeyValue is those two fields in
     field-number order, framed here by their tag and length.
     """
     key = item[0]
+    keys = memo.keys
     key_field = keys.get(key)
     if key_field is None:
         if len(keys) >= _MEMO_LIMIT:
             keys.clear()
         key_field = keys[key] = _KeyValue(key=key).SerializeToString()
-    value = _value_bytes(item[1])
+    value = _value_bytes(item[1], memo.value_message)
     body = key_field + _VALUE_TAG + _length(len(value)) + value
     return field_tag + _length(len(body)) + body
 
@@ -151,7 +165,7 @@ def _attributes(
     strings: dict[tuple[str, Any], bytes],
     ints: dict[tuple[str, Any], bytes],
     event: bool,
-    keys: dict[str, bytes],
+    memo: WireMemo,
 ) -> list[bytes]:
     out: list[bytes] = []
     for item in attributes.items():
@@ -160,7 +174,7 @@ def _attributes(
         if field is None:
             field = ints.get(item) if item[1].__class__ is int else None
             if field is None:
-                field = _missed(item, strings, ints, event, keys)
+                field = _missed(item, strings, ints, event, memo)
         out.append(field)
     return out
 
@@ -170,9 +184,9 @@ def _missed(
     strings: dict[tuple[str, Any], bytes],
     ints: dict[tuple[str, Any], bytes],
     event: bool,
-    keys: dict[str, bytes],
+    wire_memo: WireMemo,
 ) -> bytes:
-    field = _attribute_field(item, _EVENT_ATTRIBUTE_TAG if event else _SPAN_ATTRIBUTE_TAG, keys)
+    field = _attribute_field(item, _EVENT_ATTRIBUTE_TAG if event else _SPAN_ATTRIBUTE_TAG, wire_memo)
     if item[0] in UNIQUE_VALUE_KEYS:
         return field  # one value per span: kept, it would only push the repeating ones out
     cls = item[1].__class__
@@ -186,10 +200,13 @@ def _missed(
 
 def _events(record: SpanRecord, memo: WireMemo) -> list[bytes]:
     out: list[bytes] = []
+    message = memo.event_message
     for name, ts, attrs in record.events:
-        parts = [_PbEvent(time_unix_nano=ts, name=name).SerializeToString()]
+        message.time_unix_nano = ts
+        message.name = name
+        parts = [message.SerializeToString()]
         if attrs:
-            parts += _attributes(attrs, memo.event_strings, memo.event_ints, True, memo.keys)
+            parts += _attributes(attrs, memo.event_strings, memo.event_ints, True, memo)
         body = b"".join(parts)
         out.append(_EVENT_TAG + _length(len(body)) + body)
     return out
@@ -223,20 +240,18 @@ def _tail(record: SpanRecord, memo: WireMemo) -> bytes:
 
 
 def _span(record: SpanRecord, trace_bytes: bytes, memo: WireMemo) -> bytes:
-    parts = [
-        PbSpan(
-            trace_id=trace_bytes,
-            span_id=record.span_id.to_bytes(8, "big"),
-            trace_state=record.trace_state.to_header() if record.trace_state else "",
-            parent_span_id=record.parent_id.to_bytes(8, "big") if record.parent_id else b"",
-            name=record.name,
-            kind=KIND_CODES[record.kind],
-            start_time_unix_nano=record.start_ns,
-            end_time_unix_nano=record.end_ns,
-        ).SerializeToString()
-    ]
+    message = memo.span_message  # its eight scalar fields, every one set for each span
+    message.trace_id = trace_bytes
+    message.span_id = record.span_id.to_bytes(8, "big")
+    message.trace_state = record.trace_state.to_header() if record.trace_state else ""
+    message.parent_span_id = record.parent_id.to_bytes(8, "big") if record.parent_id else b""
+    message.name = record.name
+    message.kind = KIND_CODES[record.kind]
+    message.start_time_unix_nano = record.start_ns
+    message.end_time_unix_nano = record.end_ns
+    parts = [message.SerializeToString()]
     if record.attributes:
-        parts += _attributes(record.attributes, memo.span_strings, memo.span_ints, False, memo.keys)
+        parts += _attributes(record.attributes, memo.span_strings, memo.span_ints, False, memo)
     if record.dropped_attributes:
         parts.append(PbSpan(dropped_attributes_count=record.dropped_attributes).SerializeToString())
     if record.events:
@@ -262,11 +277,12 @@ def request_bytes(
     trace_id = -1
     trace_bytes = b""
     parts = [scope_head]
-    for record in records:
-        if record.trace_id != trace_id:
-            trace_id = record.trace_id
-            trace_bytes = trace_id.to_bytes(16, "big")
-        parts.append(_span(record, trace_bytes, memo))
+    with memo.lock:
+        for record in records:
+            if record.trace_id != trace_id:
+                trace_id = record.trace_id
+                trace_bytes = trace_id.to_bytes(16, "big")
+            parts.append(_span(record, trace_bytes, memo))
     parts.append(scope_schema)
     scope_spans = b"".join(parts)
     resource_spans = b"".join(
