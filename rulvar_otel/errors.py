@@ -9,6 +9,7 @@ can catch the whole family in one clause, or one branch precisely::
     │   └── InvalidHeaderError          an export header whose name or value cannot be sent
     ├── EventError(ValueError)          one event that is not a WorkflowEvent
     │   └── StreamLineError             one line of a JSONL stream, with its line number
+    ├── OutcomeError(ValueError)        a value that is not a RunOutcome; names the fields
     ├── SourceError(RuntimeError)       a source that cannot deliver (unreadable file, server
     │   ├── RunNotFoundError            refusing, unknown run)
     │   ├── ResponseLimitError          a server's response past its size or time bound
@@ -49,6 +50,7 @@ __all__ = [
     "ExposureDrainedError",
     "InvalidHeaderError",
     "JournalError",
+    "OutcomeError",
     "QuotaExhaustedError",
     "ReplayMissError",
     "RulvarOtelError",
@@ -91,6 +93,16 @@ class EventError(RulvarOtelError, ValueError):
     """A value is not a valid WorkflowEvent; the message names the field and the defect."""
 
     code = "event"
+
+
+class OutcomeError(RulvarOtelError, ValueError):
+    """A value is not a RunOutcome; ``fields`` names the wrong fields (never their values)."""
+
+    code = "outcome"
+
+    def __init__(self, message: str, fields: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.fields = fields
 
 
 class StreamLineError(EventError):

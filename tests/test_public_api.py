@@ -29,6 +29,7 @@ ERRORS = [
     "ExposureDrainedError",
     "InvalidHeaderError",
     "JournalError",
+    "OutcomeError",
     "QuotaExhaustedError",
     "ReplayMissError",
     "ResponseLimitError",

@@ -11,7 +11,7 @@ import typer
 
 from rulvar_otel.cli._common import CommandOptions, run_export, with_export_options
 from rulvar_otel.cli._text import EXIT_INTERRUPTED, EXIT_USAGE, say
-from rulvar_otel.errors import ConfigError, RunRejectedError, SourceError, StreamLineError
+from rulvar_otel.errors import ConfigError, OutcomeError, RunRejectedError, SourceError, StreamLineError
 from rulvar_otel.export import StreamedRun, check_output_is_not_input
 from rulvar_otel.sources.jsonl import STDIN, JsonlEventSource
 
@@ -26,9 +26,6 @@ MAX_PRINTED_DIAGNOSTICS: Final = 20
 
 def load_outcome(path: Path) -> RunOutcome | RunRejectedError:
     """Read ``--outcome``: a RunOutcome JSON, or the fixtures' ``{"settled": ..}`` wrapper."""
-    # The outcome model (pydantic) is loaded for --outcome only, not by every export's start-up.
-    from pydantic import ValidationError
-
     from rulvar_otel.core.handle import outcome_from_json
 
     try:
@@ -41,9 +38,8 @@ def load_outcome(path: Path) -> RunOutcome | RunRejectedError:
         raise ConfigError(f"--outcome {path}: expected a JSON object")
     try:
         return outcome_from_json(data)
-    except ValidationError as exc:
-        fields = ", ".join(".".join(str(p) for p in e["loc"]) or "<root>" for e in exc.errors())
-        raise ConfigError(f"--outcome {path}: not a RunOutcome (check {fields})") from exc
+    except OutcomeError as exc:
+        raise ConfigError(f"--outcome {path}: not a RunOutcome (check {', '.join(exc.fields)})") from exc
 
 
 def _check_stdin(stream: str) -> None:

@@ -62,11 +62,12 @@ def _argument_type(self: TyperArgument, ctx: object) -> str | None:
     return None  # the argument's column already shows its metavar
 
 
-def _argument_usage(self: TyperArgument) -> str:
+def _argument_usage(self: TyperArgument, ctx: object = None) -> list[str]:
     # A required argument reads as its bare metavar (``STREAM.jsonl|-``), an optional one in
     # brackets, as in every other usage line; braces would read as a set of choices.
-    name = self.display_name_raw if self.required else f"[{self.display_name_raw}]"
-    return name + ("..." if self.nargs != 1 else "")
+    label = self.metavar if self.metavar is not None else (self.name or "")
+    name = label if self.required else f"[{label}]"
+    return [name + ("..." if self.nargs != 1 else "")]
 
 
 def _install_whole_word_wrapping() -> None:
@@ -108,6 +109,6 @@ def install_help_style() -> None:
     argument_cls: Any = TyperArgument
     option_cls.display_type_rich = _option_type
     argument_cls.display_type_rich = _argument_type
-    argument_cls._usage_display_name = _argument_usage
+    argument_cls.get_usage_pieces = _argument_usage
     _install_whole_word_wrapping()
     _installed = True

@@ -19,8 +19,7 @@ from collections.abc import AsyncIterable, Callable, Generator, Iterable, Iterat
 from dataclasses import dataclass
 from typing import Any, Final, Generic, Protocol, TypeVar, runtime_checkable
 
-from pydantic import BaseModel
-
+from rulvar_otel.core._outcome import is_event_model
 from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome, as_wire, outcome_from_run_end
 from rulvar_otel.core.run_source import SyncRunHandle, as_sync_handle
 
@@ -137,7 +136,7 @@ def _snapshot(event: EventLike) -> Mapping[str, Any]:
     if type(event) is dict:  # parsed JSON: skip the Mapping ABC check on the hot path
         return event.copy()
     wire = as_wire(event)
-    return wire if isinstance(event, BaseModel) else dict(wire)  # a model's dump is already a copy
+    return wire if is_event_model(event) else dict(wire)  # a model's dump is already a copy
 
 
 class Interrupts:

@@ -70,9 +70,12 @@ class MaskMemo(dict[str, str]):
         return out
 
 
+_SCALARS: Final = (str, int, float, bool)  # a tuple: ``str | int`` is built anew each call
+
+
 def hashable(value: object) -> object:
     """``value`` as a dict key part: scalars as they are, anything else by its repr."""
-    return value if isinstance(value, str | int | float | bool) or value is None else repr(value)
+    return value if isinstance(value, _SCALARS) or value is None else repr(value)
 
 
 def ignore_event(event: Mapping[str, Any], ns: int) -> None:

@@ -288,10 +288,17 @@ class RecordingTracer(Tracer):
         self._deliver(record)
 
 
+# A tuple of types, not ``tuple | list``: that union is a new object each time it is evaluated.
+_SEQUENCES: Final = (tuple, list)
+
+
 def _bounded(attributes: Any, length: int) -> Any:
     """``attributes`` with every string cut to ``length`` (the same mapping when none is longer)."""
     for value in attributes.values():
-        if (value.__class__ is str and len(value) > length) or isinstance(value, tuple | list):
+        if value.__class__ is str:
+            if len(value) > length:
+                return {k: _truncate(v, length) for k, v in attributes.items()}
+        elif isinstance(value, _SEQUENCES):
             return {k: _truncate(v, length) for k, v in attributes.items()}
     return attributes
 
@@ -299,6 +306,6 @@ def _bounded(attributes: Any, length: int) -> Any:
 def _truncate(value: AttributeValue, length: int) -> AttributeValue:
     if isinstance(value, str):
         return value[:length]
-    if isinstance(value, tuple | list):
+    if isinstance(value, _SEQUENCES):
         return tuple(v[:length] if isinstance(v, str) else v for v in value)  # type: ignore[return-value]
     return value
