@@ -44,6 +44,10 @@ __all__ = [
 ]
 
 
+# Distinct texts whose clean form is remembered; past this the memo starts over.
+_CLEAN_MEMO_LIMIT: Final = 4096
+
+
 def _ts_seconds(value: object) -> float | None:
     """Epoch seconds of an envelope ``ts`` (None when absent or malformed)."""
     ns = ts_ns(value)
@@ -65,6 +69,7 @@ class ProgressState:
         summary_only: bool = False,
     ) -> None:
         self._masker = masker or default_masker()
+        self._cleaned: dict[str, str] = {}  # text -> its clean form (see clean)
         # ``summary_only``: fold just what the run lines, the counts and the summary read (run,
         # phases, agent statuses, tokens, spend, tool counts), skipping rows' roles, tools, waits,
         # children and logs, which only the tree and the per-fact lines show.
@@ -102,8 +107,18 @@ class ProgressState:
         self.outcome: RunOutcome | BaseException | None = None
 
     def clean(self, value: object) -> str:
-        """Sanitize, then mask, one dynamic value for a terminal (the export's own discipline)."""
-        return self._masker.clean(value if isinstance(value, str) else str(value))
+        """Sanitize, then mask, one dynamic value for a terminal (the export's own discipline).
+
+        Remembered per text (bounded): statuses, roles and models repeat on every agent.
+        """
+        text = value if isinstance(value, str) else str(value)
+        memo = self._cleaned
+        cleaned = memo.get(text)
+        if cleaned is None:
+            if len(memo) >= _CLEAN_MEMO_LIMIT:
+                memo.clear()
+            cleaned = memo[text] = self._masker.clean(text)
+        return cleaned
 
     def agent_name(self, wire: Mapping[str, Any]) -> str:
         label = as_str(wire.get("label"))
@@ -135,26 +150,35 @@ class ProgressState:
         return wire
 
     def apply_all(self, events: Iterable[EventLike]) -> None:
-        """Fold events in order: :meth:`apply` for each, in one loop (a view folding a batch)."""
+        """Fold events in order: :meth:`apply` for each, in one loop (a view folding a batch).
+
+        The counters and the last ``ts`` live in locals while the loop runs (no handler reads
+        them) and are stored once it ends.
+        """
         handlers = self._handlers
-        for event in events:
-            wire = event if type(event) is dict else as_wire(event)
-            self.events += 1
-            raw_ts = wire.get("ts")
-            if raw_ts is self._ts_raw or (type(raw_ts) is str and raw_ts == self._ts_raw):
-                ts = self._ts_value
-            else:
-                ts = self._ts_value = _ts_seconds(raw_ts)
-                self._ts_raw = raw_ts
-                if ts is not None and (self.last_ts is None or ts > self.last_ts):
-                    self.last_ts = ts
-            if self.run_id is None and isinstance(wire.get("runId"), str):
-                self.run_id = self.clean(wire["runId"])
-            kind = wire.get("type")
-            handler = handlers.get(kind) if isinstance(kind, str) else None
-            if handler is not None:
-                span = wire.get("spanId")
-                handler(self, wire, span if isinstance(span, str) else "", ts, wire.get("replayed") is True)
+        ts_raw, ts, last_ts = self._ts_raw, self._ts_value, self.last_ts
+        count = 0
+        try:
+            for event in events:
+                wire = event if type(event) is dict else as_wire(event)
+                count += 1
+                raw_ts = wire.get("ts")
+                if raw_ts is not ts_raw and not (type(raw_ts) is str and raw_ts == ts_raw):
+                    ts = _ts_seconds(raw_ts)
+                    ts_raw = raw_ts
+                    if ts is not None and (last_ts is None or ts > last_ts):
+                        last_ts = ts
+                if self.run_id is None and isinstance(wire.get("runId"), str):
+                    self.run_id = self.clean(wire["runId"])
+                kind = wire.get("type")
+                handler = handlers.get(kind) if isinstance(kind, str) else None
+                if handler is not None:
+                    span = wire.get("spanId")
+                    replayed = wire.get("replayed") is True
+                    handler(self, wire, span if isinstance(span, str) else "", ts, replayed)
+        finally:
+            self._ts_raw, self._ts_value, self.last_ts = ts_raw, ts, last_ts
+            self.events += count
 
     # -- handlers ------------------------------------------------------------------------------
 
