@@ -124,12 +124,20 @@ class WireMemo:
         self.keys: dict[str, bytes] = {}
         # (status, flags) -> the span's trailing status and flags fields.
         self.tails: dict[tuple[Status, int], bytes] = {}
-        # Messages reused for each span's scalar fields, each span event's and each new value
-        # (every field is set before each use); the lock keeps one batch's encoding whole.
-        self.span_message: Any = PbSpan()
-        self.event_message: Any = _PbEvent()
-        self.value_message: Any = _AnyValue()
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # keeps one batch's encoding whole (the messages below)
+        self.span_message: Any = None
+        self.event_message: Any = None
+        self.value_message: Any = None
+        self.fresh_messages()
+
+    def fresh_messages(self) -> None:
+        """New messages to reuse for each span's scalar fields, each span event's and each new
+        value (every field is set before each use). They are renewed for every batch: a message
+        keeps each value ever set on it until it is dropped, so one for a whole export would grow
+        with the stream."""
+        self.span_message = PbSpan()
+        self.event_message = _PbEvent()
+        self.value_message = _AnyValue()
 
 
 def _length(size: int) -> bytes:
@@ -278,6 +286,7 @@ def request_bytes(
     trace_bytes = b""
     parts = [scope_head]
     with memo.lock:
+        memo.fresh_messages()
         for record in records:
             if record.trace_id != trace_id:
                 trace_id = record.trace_id
