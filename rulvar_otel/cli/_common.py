@@ -439,19 +439,6 @@ def with_export_options(command: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
-class _ProgressObserver:
-    """The progress view as an export observer."""
-
-    def __init__(self, view: Any) -> None:
-        self._view = view
-
-    def feed(self, event: Mapping[str, Any]) -> None:
-        self._view.feed(event)
-
-    def finish(self, outcome: RunOutcome | BaseException | None) -> None:
-        self._view.close(outcome)
-
-
 class _StreamEventCounter:
     """Counts the stream's events per run, for the span tree's run rows."""
 
@@ -486,7 +473,7 @@ def _observers(command: CommandOptions, counter: _StreamEventCounter) -> list[Ev
 
     masker = compile_secret_masker(command.export.patterns or None)
     view = open_progress(command.progress, ceiling_usd=command.ceiling_usd, masker=masker)
-    return [*observers, _ProgressObserver(view)]
+    return [*observers, view]  # a view is an observer: feed, then finish
 
 
 class _LiveNotes:

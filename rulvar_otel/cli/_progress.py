@@ -119,6 +119,10 @@ class ProgressView:
         """Stop repainting and print the final summary (idempotent)."""
         self._closed = True
 
+    def finish(self, outcome: RunOutcome | BaseException | None) -> None:
+        """:meth:`close`, as an export observer ends (the view observes an export directly)."""
+        self.close(outcome)
+
 
 class _LinesView(ProgressView):
     def __init__(self, state: ProgressState, stream: TextIO, masker: SecretMasker) -> None:

@@ -388,8 +388,15 @@ def compile_secret_masker(patterns: Iterable[str] | None = None) -> SecretMasker
     Raises :class:`ConfigError` naming the pattern for an empty pattern, one that does not
     compile, one that uses a construct RE2 cannot run (backreferences, lookaround, atomic groups,
     possessive quantifiers: the message names it), duplicate group names, and one that can match
-    the empty string anywhere (``a*``, ``\\b``, ``^``).
+    the empty string anywhere (``a*``, ``\\b``, ``^``). Without host patterns it is the shared
+    :func:`default_masker` (compiled once; a masker holds nothing but its programs and a memo).
     """
+    if patterns is None or (isinstance(patterns, tuple | list) and not patterns):
+        return _DEFAULT
+    return _compile(patterns)
+
+
+def _compile(patterns: Iterable[str] | None) -> SecretMasker:
     sources = list(_DEFAULT_SOURCES)
     programs = list(_DEFAULT_PROGRAMS)
     host: list[str] = []
@@ -420,7 +427,7 @@ def _prefilter(sources: Sequence[str]) -> Any:
 _DEFAULT_SOURCES: Final = tuple(translate(p) for p in DEFAULT_SECRET_PATTERNS)
 _USERINFO_INDEX: Final = DEFAULT_SECRET_PATTERNS.index(_USERINFO_PATTERN)
 _DEFAULT_PROGRAMS: Final = tuple(_compiled(s) for s in _DEFAULT_SOURCES)
-_DEFAULT: Final = compile_secret_masker()
+_DEFAULT: Final = _compile(None)
 
 
 def default_masker() -> SecretMasker:

@@ -44,6 +44,8 @@ __all__ = [
 ]
 
 
+# A tool call's outcomes that count as failed or denied.
+_FAILED_TOOL: Final = ("error", "denied")
 # Distinct texts whose clean form is remembered; past this the memo starts over.
 _CLEAN_MEMO_LIMIT: Final = 4096
 
@@ -156,8 +158,10 @@ class ProgressState:
         them) and are stored once it ends.
         """
         handlers = self._handlers
+        # The summary counts tool calls and failed ones, nothing else of a tool: in line here.
+        counts_tools = handlers is _SUMMARY_HANDLERS
         ts_raw, ts, last_ts = self._ts_raw, self._ts_value, self.last_ts
-        count = 0
+        count = calls = failures = 0
         try:
             for event in events:
                 wire = event if type(event) is dict else as_wire(event)
@@ -171,6 +175,12 @@ class ProgressState:
                 if self.run_id is None and isinstance(wire.get("runId"), str):
                     self.run_id = self.clean(wire["runId"])
                 kind = wire.get("type")
+                if counts_tools and kind == "tool:start":
+                    calls += 1
+                    continue
+                if counts_tools and kind == "tool:end":
+                    failures += wire.get("outcome") in _FAILED_TOOL
+                    continue
                 handler = handlers.get(kind) if isinstance(kind, str) else None
                 if handler is not None:
                     span = wire.get("spanId")
@@ -179,6 +189,8 @@ class ProgressState:
         finally:
             self._ts_raw, self._ts_value, self.last_ts = ts_raw, ts, last_ts
             self.events += count
+            self.tool_calls += calls
+            self.tool_failures += failures
 
     # -- handlers ------------------------------------------------------------------------------
 
@@ -325,7 +337,7 @@ class ProgressState:
             self.agents[span_id].current_tool = self.clean(name) if name else "tool"
 
     def _tool_end(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
-        if wire.get("outcome") in ("error", "denied"):
+        if wire.get("outcome") in _FAILED_TOOL:
             self.tool_failures += 1
         if span_id in self.agents:
             self.agents[span_id].current_tool = None
@@ -381,15 +393,6 @@ class ProgressState:
         cost = as_number(wire.get("costUsd"))
         if cost is not None:
             row.cost_usd = (row.cost_usd or 0.0) + cost
-
-    def _tool_count(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
-        self.tool_calls += 1
-
-    def _tool_failure_count(
-        self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool
-    ) -> None:
-        if wire.get("outcome") in ("error", "denied"):
-            self.tool_failures += 1
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -450,8 +453,7 @@ _SUMMARY_HANDLERS: Final[dict[str, _Handler]] = {
     "agent:phase:start": ProgressState._touch_agent,
     "agent:phase:end": ProgressState._phase_close_counts,
     "agent:error": ProgressState._touch_agent,
-    "tool:start": ProgressState._tool_count,
-    "tool:end": ProgressState._tool_failure_count,
+    # tool:start and tool:end only count: apply_all does that in line.
 }
 
 
