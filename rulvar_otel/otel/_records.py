@@ -138,8 +138,10 @@ class SpanRecord(Span):
             self.events.append((name, timestamp if timestamp is not None else 0, attributes or {}))
 
     def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
-        # As the SDK: OK is final, and UNSET never overwrites.
-        if self._on_end is None or self.status.status_code is StatusCode.OK:
+        # As the SDK: OK is final, and UNSET never overwrites. (A record starts as the shared
+        # UNSET status: the first status set reads no property of it.)
+        current = self.status
+        if self._on_end is None or (current is not _UNSET and current.status_code is StatusCode.OK):
             return
         if isinstance(status, StatusCode):
             status = Status(status, description)
@@ -280,7 +282,7 @@ class RecordingTracer(Tracer):
             record.attributes = _bounded(record.attributes, self._span_length)
         length = self._event_length
         if length is not None and record.events:
-            record.events = [(name, ts, _bounded(attrs, length)) for name, ts, attrs in record.events]
+            record.events = _bounded_events(record.events, length)
         if self._max_attributes is not None and len(record.attributes) > self._max_attributes:
             keep = list(record.attributes.items())[-self._max_attributes :]
             record.dropped_attributes = len(record.attributes) - len(keep)
@@ -301,6 +303,15 @@ def _bounded(attributes: Any, length: int) -> Any:
         elif isinstance(value, _SEQUENCES):
             return {k: _truncate(v, length) for k, v in attributes.items()}
     return attributes
+
+
+def _bounded_events(events: list[RecordEvent], length: int) -> list[RecordEvent]:
+    """``events`` with every attribute string cut to ``length`` (the same list when none is longer)."""
+    for index, (_, _, attrs) in enumerate(events):
+        if _bounded(attrs, length) is not attrs:
+            rest = [(name, ts, _bounded(attributes, length)) for name, ts, attributes in events[index:]]
+            return events[:index] + rest
+    return events
 
 
 def _truncate(value: AttributeValue, length: int) -> AttributeValue:

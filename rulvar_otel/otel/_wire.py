@@ -164,8 +164,9 @@ def _attribute_field(item: tuple[str, Any], field_tag: bytes, memo: WireMemo) ->
             keys.clear()
         key_field = keys[key] = _KeyValue(key=key).SerializeToString()
     value = _value_bytes(item[1], memo.value_message)
-    body = key_field + _VALUE_TAG + _length(len(value)) + value
-    return field_tag + _length(len(body)) + body
+    value_length = _length(len(value))
+    size = len(key_field) + len(_VALUE_TAG) + len(value_length) + len(value)
+    return b"".join((field_tag, _length(size), key_field, _VALUE_TAG, value_length, value))
 
 
 def _attributes(
@@ -224,8 +225,8 @@ def _tail(record: SpanRecord, memo: WireMemo) -> bytes:
     """Fields 12 to 16: dropped events, links, status, flags (memoised when there are no links)."""
     status = record.status
     flags = REMOTE_FLAGS if record.parent_remote else FLAGS
-    status_fields = {"code": STATUS_CODES[status.status_code], "message": status.description}
     if record.links or record.dropped_events:
+        status_fields = {"code": STATUS_CODES[status.status_code], "message": status.description}
         links = [
             {
                 "trace_id": c.trace_id.to_bytes(16, "big"),
@@ -243,7 +244,8 @@ def _tail(record: SpanRecord, memo: WireMemo) -> bytes:
     if tail is None:
         if len(memo.tails) >= _MEMO_LIMIT:
             memo.tails.clear()
-        tail = memo.tails[key] = PbSpan(status=status_fields, flags=flags).SerializeToString()
+        status_json = {"code": STATUS_CODES[status.status_code], "message": status.description}
+        tail = memo.tails[key] = PbSpan(status=status_json, flags=flags).SerializeToString()
     return tail
 
 
