@@ -131,8 +131,10 @@ def test_kept_records_are_bounded_but_every_root_is_kept() -> None:
     sink = DirectSpanSink([Slow()], keep=3)
     tracer = sink.tracer()
     root = tracer.start_span("root", start_time=0)
+    # A record is span-shaped, not an OpenTelemetry Span: a context carries it by its span context.
+    parent = trace.set_span_in_context(trace.NonRecordingSpan(root.get_span_context()))
     for index in range(10):
-        child = tracer.start_span(f"c{index}", context=trace.set_span_in_context(root), start_time=1)
+        child = tracer.start_span(f"c{index}", context=parent, start_time=1)
         child.end(2)
     root.end(3)
     sink.shutdown()

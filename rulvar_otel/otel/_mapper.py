@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any, Final
 
-from opentelemetry.trace import Link, Span, SpanContext, Status, StatusCode, Tracer
+from opentelemetry.trace import Link, SpanContext, Status, StatusCode, Tracer
 
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.lifecycle import AgentLifecycle
@@ -45,6 +45,7 @@ from rulvar_otel.otel._span_state import (
     RUN,
     SCOPE_TYPES,
     TOOL,
+    LiveSpan,
     MappedSpan,
     child_context,
     end_span,
@@ -265,7 +266,7 @@ class SpanMapper:
         try:
             live = parent.span if parent is not None else None
             if self._recording is not None and type(live) is SpanRecord and links is None:
-                span: Span = self._recording.start_under(name, live, attrs, ns)
+                span: LiveSpan = self._recording.start_under(name, live, attrs, ns)
             else:
                 span = self._tracer.start_span(
                     name,

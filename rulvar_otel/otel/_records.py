@@ -31,9 +31,6 @@ from opentelemetry.trace import (
     Tracer,
     TraceState,
 )
-
-# From its defining module: mypyc's C for a Python class refers to its base's own module.
-from opentelemetry.trace.span import Span
 from opentelemetry.util.types import Attributes, AttributeValue
 
 __all__ = ["RecordingTracer", "SpanRecord"]
@@ -46,14 +43,15 @@ _UNSET: Final = Status(StatusCode.UNSET)
 RecordEvent = tuple[str, int, Mapping[str, AttributeValue]]
 
 
-# A Python class under mypyc: a compiled subclass of an ABC would share its base's ABC registry
-# and cache (``isinstance(span, SpanRecord)`` true of any Span the base has seen).
-@mypyc_attr(native_class=False)
-class SpanRecord(Span):
+# Span-shaped, not an OpenTelemetry ``Span`` subclass: compiled, it is a native class (its fields
+# are struct slots, its methods direct calls), which a subclass of that ABC cannot be.
+class SpanRecord:
     """One span: live while the mapper holds it, a finished record once ended.
 
-    Fields (read them after :meth:`end`): ``name``, ``trace_id``, ``span_id``, ``parent_id``
-    (0 for a root), ``kind``, ``start_ns``, ``end_ns``, ``attributes``, ``events``, ``status``,
+    It has the part of OpenTelemetry's ``Span`` API the mapper uses (attributes, events, status,
+    end, context, links). Fields (read them after :meth:`end`): ``name``, ``trace_id``,
+    ``span_id``, ``parent_id`` (0 for a root), ``kind``, ``start_ns``, ``end_ns``, ``attributes``,
+    ``events``, ``status``,
     ``dropped_events``, ``dropped_attributes``, ``links`` (span contexts, attribute-free),
     ``trace_state`` (the parent's W3C tracestate) and ``parent_remote`` (the parent came from
     another process, as a ``traceparent``).
@@ -178,7 +176,9 @@ class SpanRecord(Span):
         """Exceptions can hold content; the mapping contract never records them."""
 
 
-@mypyc_attr(native_class=False)  # an ABC's subclass, as SpanRecord
+# A Python class under mypyc: a compiled subclass of an ABC would share its base's ABC registry
+# and cache (``isinstance(x, RecordingTracer)`` true of any Tracer the base has seen).
+@mypyc_attr(native_class=False)
 class RecordingTracer(Tracer):
     """A tracer whose spans become :class:`SpanRecord` objects handed to ``on_end`` when ended.
 
@@ -206,7 +206,7 @@ class RecordingTracer(Tracer):
         self._deliver = on_end
         self._on_end = self._limited
 
-    def start_span(
+    def start_span(  # type: ignore[override]  # a span-shaped record: see SpanRecord
         self,
         name: str,
         context: Context | None = None,
@@ -265,7 +265,7 @@ class RecordingTracer(Tracer):
         )
 
     @contextmanager
-    def start_as_current_span(self, name: str, *args: Any, **kwargs: Any) -> Iterator[Span]:  # type: ignore[override]
+    def start_as_current_span(self, name: str, *args: Any, **kwargs: Any) -> Iterator[SpanRecord]:  # type: ignore[override]
         span = self.start_span(name, *args, **kwargs)
         try:
             yield span

@@ -7,13 +7,17 @@ parented again. The state machine itself (which spans are open, when they end) s
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, TypeAlias
 
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, Span, SpanContext
 
 from rulvar_otel.otel import semconv as sc
+from rulvar_otel.otel._records import SpanRecord
+
+# What a mapped span holds while it is open: the host tracer's span, or the direct path's record.
+LiveSpan: TypeAlias = Span | SpanRecord
 
 __all__ = [
     "AGENT",
@@ -21,6 +25,7 @@ __all__ = [
     "ENDED_INVOCATION",
     "IDENTITY_PREFIX",
     "INVOCATION",
+    "LiveSpan",
     "OPENINFERENCE_KIND",
     "PHASE",
     "RUN",
@@ -66,14 +71,14 @@ class MappedSpan:
 
     def __init__(
         self,
-        span: Span,
+        span: LiveSpan,
         context: SpanContext,
         kind: int,
         start_ns: int,
         parent: MappedSpan | None,
         segment: int,
     ) -> None:
-        self.span: Span | None = span
+        self.span: LiveSpan | None = span
         # ``span``'s context. Once ended, a context shaped like the export's first one shrinks to
         # its span id.
         self.context: SpanContext | int = context
@@ -122,13 +127,14 @@ def child_context(parent: MappedSpan, template: SpanContext | None) -> Context:
     ended: the ended span's context then stands for it)."""
     context = parent.child_context
     if context is None:
-        context = parent.child_context = trace.set_span_in_context(
-            parent.span or NonRecordingSpan(expand_context(parent, template))
-        )
+        # An ended parent (or a record, which is no OTel span) stands in by its context.
+        live = parent.span
+        span = live if isinstance(live, Span) else NonRecordingSpan(expand_context(parent, template))
+        context = parent.child_context = trace.set_span_in_context(span)
     return context
 
 
-def end_span(rec: MappedSpan, span: Span, ns: int, template: SpanContext | None) -> None:
+def end_span(rec: MappedSpan, span: LiveSpan, ns: int, template: SpanContext | None) -> None:
     """End ``span`` (``rec.span``) at ``ns``, kept within its start and span events.
 
     Ended records keep little: the SDK span is released, and a context in the shape of the export's
