@@ -82,8 +82,8 @@ class SpanMapper:
         parentage: Parentage = NO_PARENT,
     ) -> None:
         self._tracer = tracer
-        # The direct path's tracer: a child of a live record starts without any context object.
-        self._recording = tracer if type(tracer) is RecordingTracer else None
+        # The direct path's recorder: a child of a live record starts without any context object.
+        self._recorder = tracer.recorder if isinstance(tracer, RecordingTracer) else None
         # Parentage from the host (otel/_parentage.py): the context the root span starts in, and
         # in "link" mode the caller's span it links to (cleared once the link is made).
         self._root_context = parentage.root_context
@@ -265,8 +265,8 @@ class SpanMapper:
         token = SPAN_IDENTITY.set((self._run_id or "", identity)) if self._identity else None
         try:
             live = parent.span if parent is not None else None
-            if self._recording is not None and type(live) is SpanRecord and links is None:
-                span: LiveSpan = self._recording.start_under(name, live, attrs, ns)
+            if self._recorder is not None and type(live) is SpanRecord and links is None:
+                span: LiveSpan = self._recorder.start_under(name, live, attrs, ns)
             else:
                 span = self._tracer.start_span(
                     name,

@@ -33,11 +33,12 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util.types import Attributes, AttributeValue
 
-__all__ = ["RecordingTracer", "SpanRecord"]
+__all__ = ["RecordingTracer", "SpanRecord", "SpanRecorder"]
 
 _SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
 _EMPTY_STATE: Final = TraceState()
 _UNSET: Final = Status(StatusCode.UNSET)
+_INTERNAL: Final = SpanKind.INTERNAL
 
 # (name, timestamp ns, attributes) of one span event.
 RecordEvent = tuple[str, int, Mapping[str, AttributeValue]]
@@ -176,6 +177,70 @@ class SpanRecord:
         """Exceptions can hold content; the mapping contract never records them."""
 
 
+class SpanRecorder:
+    """Makes and ends the direct path's records: span ids, the name bound, the SDK's span limits
+    on each finished record, and its delivery. Compiled, a native class the mapper calls directly.
+    """
+
+    def __init__(
+        self,
+        deliver: Callable[[SpanRecord], None],
+        id_generator: IdGenerator,
+        limits: SpanLimits,
+        name_limit: int | None,
+    ) -> None:
+        self.id_generator = id_generator
+        self.max_events: int | None = limits.max_events
+        self.max_attributes: int | None = limits.max_span_attributes
+        self.span_length: int | None = limits.max_span_attribute_length
+        self.event_length: int | None = limits.max_attribute_length
+        self.name_limit = name_limit
+        self._deliver = deliver
+        self.on_end: Callable[[SpanRecord], None] = self.limited
+
+    def start_under(
+        self, name: str, parent: SpanRecord, attributes: dict[str, Any], start_ns: int
+    ) -> SpanRecord:
+        """A child of a live record: no context object, no copy of ``attributes``.
+
+        The same record :meth:`RecordingTracer.start_span` makes in ``parent``'s context, with
+        the same id-generator call; ``attributes`` (a fresh dict the caller hands over) becomes
+        the record's own.
+        """
+        limit = self.name_limit
+        if limit is not None and len(name) > limit:
+            name = name[:limit]
+        return SpanRecord(
+            name,
+            parent.trace_id,
+            self.id_generator.generate_span_id(),
+            parent.span_id,
+            _INTERNAL,
+            start_ns,
+            attributes,
+            self.on_end,
+            parent.trace_state,
+        )
+
+    def limited(self, record: SpanRecord) -> None:
+        """The SDK's span limits on a finished record (it keeps the newest events, as the SDK
+        does), then its delivery."""
+        limit = self.max_events
+        if limit is not None and len(record.events) > limit:  # deque-like: the oldest go
+            record.dropped_events = len(record.events) - limit
+            record.events = record.events[len(record.events) - limit :] if limit else []
+        if self.span_length is not None:
+            record.attributes = _bounded(record.attributes, self.span_length)
+        length = self.event_length
+        if length is not None and record.events:
+            record.events = _bounded_events(record.events, length)
+        if self.max_attributes is not None and len(record.attributes) > self.max_attributes:
+            keep = list(record.attributes.items())[-self.max_attributes :]
+            record.dropped_attributes = len(record.attributes) - len(keep)
+            record.attributes = dict(keep)
+        self._deliver(record)
+
+
 # A Python class under mypyc: a compiled subclass of an ABC would share its base's ABC registry
 # and cache (``isinstance(x, RecordingTracer)`` true of any Tracer the base has seen).
 @mypyc_attr(native_class=False)
@@ -184,7 +249,7 @@ class RecordingTracer(Tracer):
 
     ``id_generator`` is read by the mapper as on the SDK's tracer (``RulvarIdGenerator`` for
     deterministic ids). ``limits`` are the SDK's span limits, applied to each finished record;
-    ``name_limit`` bounds span names (a name is a value too).
+    ``name_limit`` bounds span names (a name is a value too). ``recorder`` does the work.
     """
 
     def __init__(
@@ -197,14 +262,7 @@ class RecordingTracer(Tracer):
     ) -> None:
         self.id_generator = id_generator if id_generator is not None else RandomIdGenerator()
         limits = limits if limits is not None else SpanLimits(max_events=SpanLimits.UNSET)
-        self._max_events = limits.max_events
-        self._max_attributes = limits.max_span_attributes
-        self._max_event_attributes = limits.max_event_attributes
-        self._span_length = limits.max_span_attribute_length
-        self._event_length = limits.max_attribute_length
-        self._name_limit = name_limit
-        self._deliver = on_end
-        self._on_end = self._limited
+        self.recorder = SpanRecorder(on_end, self.id_generator, limits, name_limit)
 
     def start_span(  # type: ignore[override]  # a span-shaped record: see SpanRecord
         self,
@@ -225,8 +283,9 @@ class RecordingTracer(Tracer):
         else:
             trace_id, parent_id = ids.generate_trace_id(), 0
         attrs = dict(attributes) if attributes else {}
-        if self._name_limit is not None and len(name) > self._name_limit:
-            name = name[: self._name_limit]
+        limit = self.recorder.name_limit
+        if limit is not None and len(name) > limit:
+            name = name[:limit]
         kept = tuple(link.context for link in links if link.context.is_valid) if links else ()
         return SpanRecord(
             name,
@@ -236,7 +295,7 @@ class RecordingTracer(Tracer):
             kind,
             start_time or 0,
             attrs,
-            self._on_end,
+            self.recorder.on_end,
             state,
             kept,
             parent.is_valid and parent.is_remote,
@@ -245,24 +304,8 @@ class RecordingTracer(Tracer):
     def start_under(
         self, name: str, parent: SpanRecord, attributes: dict[str, Any], start_ns: int
     ) -> SpanRecord:
-        """``start_span`` for a child of a live record: no context object, no copy of ``attributes``.
-
-        The same record ``start_span`` makes in ``parent``'s context, with the same id-generator
-        call; ``attributes`` (a fresh dict the caller hands over) becomes the record's own.
-        """
-        if self._name_limit is not None and len(name) > self._name_limit:
-            name = name[: self._name_limit]
-        return SpanRecord(
-            name,
-            parent.trace_id,
-            self.id_generator.generate_span_id(),
-            parent.span_id,
-            SpanKind.INTERNAL,
-            start_ns,
-            attributes,
-            self._on_end,
-            parent.trace_state,
-        )
+        """:meth:`SpanRecorder.start_under`."""
+        return self.recorder.start_under(name, parent, attributes, start_ns)
 
     @contextmanager
     def start_as_current_span(self, name: str, *args: Any, **kwargs: Any) -> Iterator[SpanRecord]:  # type: ignore[override]
@@ -271,23 +314,6 @@ class RecordingTracer(Tracer):
             yield span
         finally:
             span.end()
-
-    def _limited(self, record: SpanRecord) -> None:
-        """The SDK's span limits on a finished record: it keeps the newest events, as the SDK does."""
-        limit = self._max_events
-        if limit is not None and len(record.events) > limit:  # deque-like: the oldest go
-            record.dropped_events = len(record.events) - limit
-            record.events = record.events[len(record.events) - limit :] if limit else []
-        if self._span_length is not None:
-            record.attributes = _bounded(record.attributes, self._span_length)
-        length = self._event_length
-        if length is not None and record.events:
-            record.events = _bounded_events(record.events, length)
-        if self._max_attributes is not None and len(record.attributes) > self._max_attributes:
-            keep = list(record.attributes.items())[-self._max_attributes :]
-            record.dropped_attributes = len(record.attributes) - len(keep)
-            record.attributes = dict(keep)
-        self._deliver(record)
 
 
 # A tuple of types, not ``tuple | list``: that union is a new object each time it is evaluated.
