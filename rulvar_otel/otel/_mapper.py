@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any, Final
 
-from opentelemetry.trace import Link, SpanContext, Status, StatusCode, Tracer
+from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags, Tracer
 
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.lifecycle import AgentLifecycle
@@ -61,6 +61,7 @@ _log = logging.getLogger("rulvar_otel")
 _OK_VALUES: Final = frozenset({"ok", "skipped"})
 # A suspension is waiting, not failing: its closer leaves the status UNSET (docs/otel-mapping.md#suspensions).
 _WAITING: Final = "suspended"
+_SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
 _STATUS_OK: Final = Status(StatusCode.OK)
 _STATUS_ERROR: Final = Status(StatusCode.ERROR)
 # Events before the first usable ts wait for one (they take its time); past this many, the wait
@@ -89,8 +90,8 @@ class SpanMapper:
         self._root_context = parentage.root_context
         self._host_link = parentage.link
         # The span the last fed event opened, closed or was attached to: a metric observation
-        # of that event carries it as its exemplar (see event_span_context).
-        self._event_span: SpanContext | None = None
+        # of that event carries its context as its exemplar (see event_span_context).
+        self._event_span: MappedSpan | None = None
         self._openinference = sc.CONVENTION_OPENINFERENCE in frozenset(conventions)
         self._identity = reads_identity(tracer)
         self._mask: Callable[[str], str] = MaskMemo(masker.mask_flat).__getitem__
@@ -112,6 +113,10 @@ class SpanMapper:
         # The first span of the export: a stream that starts mid-run still lands in one trace.
         self._anchor: MappedSpan | None = None
         self._template: SpanContext | None = None  # the anchor's context, for compact ended spans
+        # A record in the template's shape (its trace, sampled, local, its tracestate) needs no
+        # SpanContext of its own: these say which trace and tracestate that is (-1: none).
+        self._template_trace_id = -1
+        self._template_state: object = None
         self._current_run: MappedSpan | None = None
         self._segment = -1
         self._clock = EventClock()
@@ -148,7 +153,16 @@ class SpanMapper:
 
     def event_span_context(self) -> SpanContext | None:
         """The span the last fed event opened, closed or was attached to (None when none)."""
-        return self._event_span
+        rec = self._event_span
+        if rec is None:
+            return None
+        context = rec.context
+        if isinstance(context, SpanContext):
+            return context
+        full = expand_context(rec, self._template)
+        if not rec.ended:
+            rec.context = full  # an open span keeps its full context for the next event
+        return full
 
     def run_span_context(self) -> SpanContext | None:
         """The first run span's context (the per-run metrics' exemplar), None before one opens."""
@@ -278,14 +292,25 @@ class SpanMapper:
         finally:
             if token is not None:
                 SPAN_IDENTITY.reset(token)
-        context = span.get_span_context()
-        if links is not None:
-            self._link_back(context, ns)
+        context: SpanContext | int
+        if (
+            type(span) is SpanRecord
+            and links is None
+            and span.trace_id == self._template_trace_id
+            and span.trace_state is self._template_state
+        ):
+            # A record in the template's shape is kept by its span id (see expand_context):
+            # its SpanContext is made only if something asks for it.
+            context = span.span_id
+        else:
+            context = span.get_span_context()
+            if links is not None:
+                self._link_back(context, ns)
         rec = MappedSpan(span, context, kind, ns, parent, self._segment)
-        self._event_span = context
-        if self._anchor is None:
+        self._event_span = rec
+        if self._anchor is None and isinstance(context, SpanContext):
             self._anchor = rec
-            self._template = context
+            self._set_template(context)
         self.span_count += 1
         opened = self._open
         if len(opened) > 2 * self._open_live + 256:
@@ -294,6 +319,12 @@ class SpanMapper:
         opened.append(rec)
         self._open_live += 1
         return rec
+
+    def _set_template(self, context: SpanContext) -> None:
+        self._template = context
+        if context.trace_flags == _SAMPLED and not context.is_remote:
+            self._template_trace_id = context.trace_id
+            self._template_state = context.trace_state
 
     def _link_back(self, root: SpanContext, ns: int) -> None:
         """ "link" mode: the caller's trace gets a zero-length span linking to the run's root."""
@@ -318,8 +349,7 @@ class SpanMapper:
         span = rec.span
         if span is None:
             return
-        context = rec.context  # an open record's context is never shrunk
-        self._event_span = context if isinstance(context, SpanContext) else None
+        self._event_span = rec
         ok = False
         literal: str | None = None
         waiting = False
@@ -402,8 +432,7 @@ class SpanMapper:
             host = self._host_for(event)
         if host is None or host.span is None:
             return  # nothing open: there is nowhere to put it
-        context = host.context
-        self._event_span = context if isinstance(context, SpanContext) else None
+        self._event_span = host
         attrs = ax.event_attributes(event, self._mask)
         if replayed:
             attrs[sc.REPLAYED] = True

@@ -107,13 +107,18 @@ class SpanRecord:
         self.trace_state = trace_state
         self.links = links
         self.parent_remote = parent_remote
-        self._context = SpanContext(trace_id, span_id, False, _SAMPLED, trace_state)
+        self._context: SpanContext | None = None  # made on first use: the mapper rarely needs it
         self._on_end = on_end
 
     # --- the part of the Span API the mapper uses -------------------------------------------------
 
     def get_span_context(self) -> SpanContext:
-        return self._context
+        context = self._context
+        if context is None:
+            context = self._context = SpanContext(
+                self.trace_id, self.span_id, False, _SAMPLED, self.trace_state
+            )
+        return context
 
     # As the SDK's attribute mapping: setting a key again moves it to the end.
 

@@ -72,15 +72,15 @@ class MappedSpan:
     def __init__(
         self,
         span: LiveSpan,
-        context: SpanContext,
+        context: SpanContext | int,
         kind: int,
         start_ns: int,
         parent: MappedSpan | None,
         segment: int,
     ) -> None:
         self.span: LiveSpan | None = span
-        # ``span``'s context. Once ended, a context shaped like the export's first one shrinks to
-        # its span id.
+        # ``span``'s context. A context shaped like the export's first one is kept as its span id
+        # (see expand_context): once ended, and for a direct-path record from its start.
         self.context: SpanContext | int = context
         self.kind = kind
         self.start_ns = start_ns
