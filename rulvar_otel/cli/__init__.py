@@ -95,8 +95,11 @@ def main() -> None:
         with masked_logging():
             app = _build_app(None if command is None else [command])
             # What the imports made lives until exit: frozen, the run's full collections skip it
-            # (large.jsonl: 77 -> 21 ms of generation-2 collection).
+            # (large.jsonl: 77 -> 21 ms of generation-2 collection). The export allocates a
+            # few containers per event and makes almost no cycles: young collections every
+            # 10,000 allocations instead of 700 (callgrind, large: 2% fewer instructions).
             gc.freeze()
+            gc.set_threshold(10_000, *gc.get_threshold()[1:])
             app()
     finally:
         # The interpreter's final collection walks every object the imports made (~0.1 s for an

@@ -128,6 +128,8 @@ class WireMemo:
         self.span_message: Any = None
         self.event_message: Any = None
         self.value_message: Any = None
+        self.last_value: object = None
+        self.last_value_bytes = b""
         self.fresh_messages()
 
     def fresh_messages(self) -> None:
@@ -138,6 +140,9 @@ class WireMemo:
         self.span_message = PbSpan()
         self.event_message = _PbEvent()
         self.value_message = _AnyValue()
+        # The last value serialized on its own, and its bytes: kept per batch, compared by identity.
+        self.last_value = None
+        self.last_value_bytes = b""
 
 
 def _length(size: int) -> bytes:
@@ -163,7 +168,12 @@ def _attribute_field(item: tuple[str, Any], field_tag: bytes, memo: WireMemo) ->
         if len(keys) >= _MEMO_LIMIT:
             keys.clear()
         key_field = keys[key] = _KeyValue(key=key).SerializeToString()
-    value = _value_bytes(item[1], memo.value_message)
+    raw = item[1]
+    if raw is memo.last_value:  # the same object under a second key (a tool call's two ids)
+        value = memo.last_value_bytes
+    else:
+        value = _value_bytes(raw, memo.value_message)
+        memo.last_value, memo.last_value_bytes = raw, value
     value_length = _length(len(value))
     size = len(key_field) + len(_VALUE_TAG) + len(value_length) + len(value)
     return b"".join((field_tag, _length(size), key_field, _VALUE_TAG, value_length, value))
