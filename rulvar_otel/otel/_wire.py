@@ -25,7 +25,15 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from rulvar_otel.otel._records import SpanRecord
 from rulvar_otel.otel.semconv import UNIQUE_VALUE_KEYS
 
-__all__ = ["FLAGS", "KIND_CODES", "REMOTE_FLAGS", "STATUS_CODES", "WireMemo", "request_bytes"]
+__all__ = [
+    "FLAGS",
+    "KIND_CODES",
+    "REMOTE_FLAGS",
+    "STATUS_CODES",
+    "AttributeFields",
+    "WireMemo",
+    "request_bytes",
+]
 
 # PB2SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK, and with REMOTE_FLAGS its IS_REMOTE bit:
 # a parent is local unless it came from another process (a host's traceparent).
@@ -108,6 +116,17 @@ def _value_bytes(value: Any, message: Any) -> bytes:
     return out
 
 
+class AttributeFields:
+    """The serialized ``attributes`` fields of spans (or of span events) remembered per key and
+    value: strings and ints apart, at most ``_MEMO_LIMIT`` in all (then it starts over)."""
+
+    def __init__(self, tag: bytes) -> None:
+        self.tag = tag
+        self.strings: dict[str, dict[str, bytes]] = {}
+        self.ints: dict[str, dict[int, bytes]] = {}
+        self.count = 0
+
+
 class WireMemo:
     """Serialized fragments an export's batches share: attribute fields, keys, span tails.
 
@@ -116,10 +135,8 @@ class WireMemo:
     """
 
     def __init__(self) -> None:
-        self.span_strings: dict[tuple[str, Any], bytes] = {}
-        self.span_ints: dict[tuple[str, Any], bytes] = {}
-        self.event_strings: dict[tuple[str, Any], bytes] = {}
-        self.event_ints: dict[tuple[str, Any], bytes] = {}
+        self.span_fields = AttributeFields(_SPAN_ATTRIBUTE_TAG)
+        self.event_fields = AttributeFields(_EVENT_ATTRIBUTE_TAG)
         # attribute key -> the serialized ``key`` field of its KeyValue.
         self.keys: dict[str, bytes] = {}
         # (status, flags) -> the span's trailing status and flags fields.
@@ -155,20 +172,18 @@ def _length(size: int) -> bytes:
     return prefix
 
 
-def _attribute_field(item: tuple[str, Any], field_tag: bytes, memo: WireMemo) -> bytes:
+def _attribute_field(key: str, raw: Any, field_tag: bytes, memo: WireMemo) -> bytes:
     """One ``attributes`` field (a KeyValue) of a span or span event.
 
     Protobuf serializes the key field and the value message; a KeyValue is those two fields in
     field-number order, framed here by their tag and length.
     """
-    key = item[0]
     keys = memo.keys
     key_field = keys.get(key)
     if key_field is None:
         if len(keys) >= _MEMO_LIMIT:
             keys.clear()
         key_field = keys[key] = _KeyValue(key=key).SerializeToString()
-    raw = item[1]
     if raw is memo.last_value:  # the same object under a second key (a tool call's two ids)
         value = memo.last_value_bytes
     else:
@@ -179,41 +194,43 @@ def _attribute_field(item: tuple[str, Any], field_tag: bytes, memo: WireMemo) ->
     return b"".join((field_tag, _length(size), key_field, _VALUE_TAG, value_length, value))
 
 
-def _attributes(
-    attributes: Mapping[str, Any],
-    strings: dict[tuple[str, Any], bytes],
-    ints: dict[tuple[str, Any], bytes],
-    event: bool,
-    memo: WireMemo,
-) -> list[bytes]:
+def _attributes(attributes: Mapping[str, Any], fields: AttributeFields, memo: WireMemo) -> list[bytes]:
     out: list[bytes] = []
-    for item in attributes.items():
-        # A string item never equals a number item, so one lookup serves the common case.
-        field = strings.get(item)
+    strings = fields.strings
+    ints = fields.ints
+    for key, value in attributes.items():
+        # Strings and ints are remembered apart (1, 1.0 and True are equal dict keys).
+        cls = value.__class__
+        field: bytes | None = None
+        if cls is str:
+            by_string = strings.get(key)
+            if by_string is not None:
+                field = by_string.get(value)
+        elif cls is int:
+            by_int = ints.get(key)
+            if by_int is not None:
+                field = by_int.get(value)
         if field is None:
-            field = ints.get(item) if item[1].__class__ is int else None
-            if field is None:
-                field = _missed(item, strings, ints, event, memo)
+            field = _missed(key, value, fields, memo)
         out.append(field)
     return out
 
 
-def _missed(
-    item: tuple[str, Any],
-    strings: dict[tuple[str, Any], bytes],
-    ints: dict[tuple[str, Any], bytes],
-    event: bool,
-    wire_memo: WireMemo,
-) -> bytes:
-    field = _attribute_field(item, _EVENT_ATTRIBUTE_TAG if event else _SPAN_ATTRIBUTE_TAG, wire_memo)
-    if item[0] in UNIQUE_VALUE_KEYS:
+def _missed(key: str, value: Any, fields: AttributeFields, memo: WireMemo) -> bytes:
+    field = _attribute_field(key, value, fields.tag, memo)
+    if key in UNIQUE_VALUE_KEYS:
         return field  # one value per span: kept, it would only push the repeating ones out
-    cls = item[1].__class__
-    memo = strings if cls is str else ints if cls is int else None
-    if memo is not None:
-        if len(memo) >= _MEMO_LIMIT:
-            memo.clear()
-        memo[item] = field
+    cls = value.__class__
+    if cls is str or cls is int:
+        if fields.count >= _MEMO_LIMIT:
+            fields.strings.clear()
+            fields.ints.clear()
+            fields.count = 0
+        fields.count += 1
+        if cls is str:
+            fields.strings.setdefault(key, {})[value] = field
+        else:
+            fields.ints.setdefault(key, {})[value] = field
     return field
 
 
@@ -225,7 +242,7 @@ def _events(record: SpanRecord, memo: WireMemo) -> list[bytes]:
         message.name = name
         parts = [message.SerializeToString()]
         if attrs:
-            parts += _attributes(attrs, memo.event_strings, memo.event_ints, True, memo)
+            parts += _attributes(attrs, memo.event_fields, memo)
         body = b"".join(parts)
         out.append(_EVENT_TAG + _length(len(body)) + body)
     return out
@@ -271,7 +288,7 @@ def _span(record: SpanRecord, trace_bytes: bytes, memo: WireMemo) -> bytes:
     message.end_time_unix_nano = record.end_ns
     parts = [message.SerializeToString()]
     if record.attributes:
-        parts += _attributes(record.attributes, memo.span_strings, memo.span_ints, False, memo)
+        parts += _attributes(record.attributes, memo.span_fields, memo)
     if record.dropped_attributes:
         parts.append(PbSpan(dropped_attributes_count=record.dropped_attributes).SerializeToString())
     if record.events:
