@@ -26,6 +26,9 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 # calls; the rest of the package stays interpreted (little time is spent there).
 COMPILED = (
     "rulvar_otel/otel/_mapper.py",
+    "rulvar_otel/otel/_mapper_helpers.py",
+    "rulvar_otel/otel/_scopes.py",
+    "rulvar_otel/core/lifecycle.py",
     "rulvar_otel/otel/_attributes.py",
     "rulvar_otel/otel/_records.py",
     "rulvar_otel/otel/_event_facts.py",

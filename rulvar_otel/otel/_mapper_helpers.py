@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from mypy_extensions import mypyc_attr
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import NoOpTracer, Tracer
 
@@ -52,6 +53,7 @@ def reads_identity(tracer: Tracer) -> bool:
     return type(getattr(tracer, "id_generator", None)) is not RandomIdGenerator
 
 
+@mypyc_attr(native_class=False)  # a dict subclass: a compiled class cannot extend dict
 class MaskMemo(dict[str, str]):
     """``mask`` behind a dict: a repeated string costs one C-level lookup (``__getitem__``), and
     only a new one reaches the masker (``__missing__``)."""
