@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any, Final
 
-from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags, Tracer
+from opentelemetry.trace import Link, SpanContext, Status, StatusCode, Tracer
 
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.lifecycle import AgentLifecycle
@@ -50,6 +50,9 @@ from rulvar_otel.otel._span_state import (
     child_context,
     end_span,
     expand_context,
+    full_context,
+    kept_context,
+    template_shape,
 )
 from rulvar_otel.otel._tool_pairing import ToolPairing, tool_keys
 from rulvar_otel.otel.ids import SPAN_IDENTITY
@@ -61,12 +64,10 @@ _log = logging.getLogger("rulvar_otel")
 _OK_VALUES: Final = frozenset({"ok", "skipped"})
 # A suspension is waiting, not failing: its closer leaves the status UNSET (docs/otel-mapping.md#suspensions).
 _WAITING: Final = "suspended"
-_SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
 _STATUS_OK: Final = Status(StatusCode.OK)
 _STATUS_ERROR: Final = Status(StatusCode.ERROR)
-# Events before the first usable ts wait for one (they take its time); past this many, the wait
-# ends and they take the wall clock, so a stream without any usable ts keeps bounded memory
-# (docs/otel-mapping.md#timestamps).
+# Events before the first usable ts wait for it; past this many they take the wall clock, so a
+# stream without any usable ts keeps bounded memory (docs/otel-mapping.md#timestamps).
 _UNTIMED_LIMIT: Final = 1024
 
 
@@ -85,12 +86,10 @@ class SpanMapper:
         self._tracer = tracer
         # The direct path's recorder: a child of a live record starts without any context object.
         self._recorder = tracer.recorder if isinstance(tracer, RecordingTracer) else None
-        # Parentage from the host (otel/_parentage.py): the context the root span starts in, and
-        # in "link" mode the caller's span it links to (cleared once the link is made).
+        # Parentage from the host: the root's context, and the caller's span to link (link mode).
         self._root_context = parentage.root_context
         self._host_link = parentage.link
-        # The span the last fed event opened, closed or was attached to: a metric observation
-        # of that event carries its context as its exemplar (see event_span_context).
+        # The span the last fed event opened, closed or was attached to: its metrics' exemplar.
         self._event_span: MappedSpan | None = None
         self._openinference = sc.CONVENTION_OPENINFERENCE in frozenset(conventions)
         self._identity = reads_identity(tracer)
@@ -112,10 +111,8 @@ class SpanMapper:
         self._first_run: MappedSpan | None = None
         # The first span of the export: a stream that starts mid-run still lands in one trace.
         self._anchor: MappedSpan | None = None
-        self._template: SpanContext | None = None  # the anchor's context, for compact ended spans
-        # A record in the template's shape (its trace, sampled, local, its tracestate) needs no
-        # SpanContext of its own: these say which trace and tracestate that is (-1: none).
-        self._template_trace_id = -1
+        self._template: SpanContext | None = None  # the anchor's context, for compact contexts
+        self._template_trace_id = -1  # records of this trace and state: kept by span id
         self._template_state: object = None
         self._current_run: MappedSpan | None = None
         self._segment = -1
@@ -154,15 +151,7 @@ class SpanMapper:
     def event_span_context(self) -> SpanContext | None:
         """The span the last fed event opened, closed or was attached to (None when none)."""
         rec = self._event_span
-        if rec is None:
-            return None
-        context = rec.context
-        if isinstance(context, SpanContext):
-            return context
-        full = expand_context(rec, self._template)
-        if not rec.ended:
-            rec.context = full  # an open span keeps its full context for the next event
-        return full
+        return full_context(rec, self._template) if rec is not None else None
 
     def run_span_context(self) -> SpanContext | None:
         """The first run span's context (the per-run metrics' exemplar), None before one opens."""
@@ -293,24 +282,16 @@ class SpanMapper:
             if token is not None:
                 SPAN_IDENTITY.reset(token)
         context: SpanContext | int
-        if (
-            type(span) is SpanRecord
-            and links is None
-            and span.trace_id == self._template_trace_id
-            and span.trace_state is self._template_state
-        ):
-            # A record in the template's shape is kept by its span id (see expand_context):
-            # its SpanContext is made only if something asks for it.
-            context = span.span_id
+        if links is None:
+            context = kept_context(span, self._template_trace_id, self._template_state)
         else:
             context = span.get_span_context()
-            if links is not None:
-                self._link_back(context, ns)
+            self._link_back(context, ns)
         rec = MappedSpan(span, context, kind, ns, parent, self._segment)
         self._event_span = rec
         if self._anchor is None and isinstance(context, SpanContext):
-            self._anchor = rec
-            self._set_template(context)
+            self._anchor, self._template = rec, context
+            self._template_trace_id, self._template_state = template_shape(context)
         self.span_count += 1
         opened = self._open
         if len(opened) > 2 * self._open_live + 256:
@@ -319,12 +300,6 @@ class SpanMapper:
         opened.append(rec)
         self._open_live += 1
         return rec
-
-    def _set_template(self, context: SpanContext) -> None:
-        self._template = context
-        if context.trace_flags == _SAMPLED and not context.is_remote:
-            self._template_trace_id = context.trace_id
-            self._template_state = context.trace_state
 
     def _link_back(self, root: SpanContext, ns: int) -> None:
         """ "link" mode: the caller's trace gets a zero-length span linking to the run's root."""
@@ -358,14 +333,12 @@ class SpanMapper:
             ok = status in _OK_VALUES and not force_error
             waiting = status == _WAITING and not force_error
         if not ok and not waiting:
-            # docs/otel-mapping.md#errors: every ERROR span names an error.type; its status
-            # description is the closer's status literal (an enum value, never a message).
+            # Every ERROR span names an error.type; its description is the status literal (#errors).
             code = ax.error_type(error_source, self._mask) if error_source is not None else None
             attributes[sc.ERROR_TYPE] = code if code is not None else sc.ERROR_TYPE_OTHER
             if message is None:
                 message = literal
-        # Up to two attributes (every tool closer) are cheaper through set_attribute (SDK: 1.1 us
-        # each, set_attributes 2.5 us for two); from three on, set_attributes' one pass wins.
+        # Up to two attributes (every tool closer), set_attribute each is cheaper; then one pass.
         if len(attributes) <= 2:
             for key, value in attributes.items():
                 span.set_attribute(key, value)
@@ -436,8 +409,7 @@ class SpanMapper:
         attrs = ax.event_attributes(event, self._mask)
         if replayed:
             attrs[sc.REPLAYED] = True
-        # Every span event lies within its span: never before its start, and the span's end
-        # (closer or inferred) never comes before its latest event.
+        # A span event lies within its span: not before its start, and the span ends after it.
         if ns < host.start_ns:
             ns = host.start_ns
         if ns > host.events_end:
@@ -502,8 +474,7 @@ class SpanMapper:
             error_source=event,
         )
         if event.get("status") == _WAITING and not unsettled:
-            # Everything still open waits with the run: it ends here, UNSET (never red, and never
-            # given a second status or end by whatever reads the resumed segment later).
+            # Everything still open waits with the run: it ends here, UNSET, once and for all.
             end_at_suspension((*self._stranded, *self._open), self._phases, ns, self._end)
 
     def _on_agent_start(self, event: Mapping[str, Any], ns: int) -> None:
@@ -513,8 +484,7 @@ class SpanMapper:
         if agent is not None and (not isinstance(span_id, str) or span_id not in self._by_span_id):
             agent.payload = self._open_scope(AGENT, event, ns)  # the common case: a new agent
             return
-        # A repeat of an opener already paired, or an id a run, phase or child span holds (or the
-        # ended span of a closed agent): nothing opens.
+        # A repeated opener, or an id a run, phase, child or closed agent's span holds: no span.
         opened = self._agents.get(span_id)
         existing = opened.payload if opened is not None else None
         if existing is None and isinstance(span_id, str):

@@ -11,7 +11,7 @@ from typing import Final, TypeAlias
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, Span, SpanContext
+from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, Span, SpanContext, TraceFlags
 
 from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel._records import SpanRecord
@@ -35,9 +35,13 @@ __all__ = [
     "child_context",
     "end_span",
     "expand_context",
+    "full_context",
+    "kept_context",
+    "template_shape",
 ]
 
 RUN, PHASE, AGENT, INVOCATION, TOOL, CHILD = range(6)
+_SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
 # docs/otel-mapping.md#openinference-span-kinds
 OPENINFERENCE_KIND: Final = {
     RUN: sc.OPENINFERENCE_CHAIN,
@@ -120,6 +124,33 @@ def expand_context(rec: MappedSpan, template: SpanContext | None) -> SpanContext
         trace_flags=template.trace_flags,
         trace_state=template.trace_state,
     )
+
+
+def full_context(rec: MappedSpan, template: SpanContext | None) -> SpanContext:
+    """``rec``'s context in full; an open span keeps it so (a span id is expanded once)."""
+    context = rec.context
+    if isinstance(context, SpanContext):
+        return context
+    full = expand_context(rec, template)
+    if not rec.ended:
+        rec.context = full
+    return full
+
+
+def template_shape(template: SpanContext) -> tuple[int, object]:
+    """The trace id and tracestate a record must have to be kept by its span id (see
+    :func:`kept_context`); ``(-1, None)`` when no record can (a remote or unsampled template)."""
+    if template.trace_flags == _SAMPLED and not template.is_remote:
+        return template.trace_id, template.trace_state
+    return -1, None
+
+
+def kept_context(span: LiveSpan, trace_id: int, state: object) -> SpanContext | int:
+    """What a mapped span keeps of ``span``'s context: a record in the template's shape
+    (``template_shape``) its span id alone, its SpanContext made only if something asks."""
+    if type(span) is SpanRecord and span.trace_id == trace_id and span.trace_state is state:
+        return span.span_id
+    return span.get_span_context()
 
 
 def child_context(parent: MappedSpan, template: SpanContext | None) -> Context:
