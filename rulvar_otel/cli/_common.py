@@ -465,8 +465,8 @@ def _tree_wanted(command: CommandOptions) -> bool:
         return True  # the export itself reports the bad setting, before any span exists
 
 
-def _observers(command: CommandOptions, counter: _StreamEventCounter) -> list[EventObserver]:
-    observers: list[EventObserver] = [counter] if _tree_wanted(command) else []
+def _observers(command: CommandOptions, counter: _StreamEventCounter, tree: bool) -> list[EventObserver]:
+    observers: list[EventObserver] = [counter] if tree else []
     if command.progress == "off":
         return observers
     from rulvar_otel.cli._progress import open_progress
@@ -504,12 +504,13 @@ def run_export(
     """
     notes = _LiveNotes(command, stderr)
     counter = _StreamEventCounter()
+    tree = _tree_wanted(command)
     report = export_run(
         handle,
         command.export,
-        observers=_observers(command, counter),
+        observers=_observers(command, counter, tree),
         on_note=notes,
-        keep_spans=_tree_wanted(command),
+        keep_spans=tree,
     )
     if streamed_events is not None:
         streamed = streamed_events()
@@ -530,12 +531,13 @@ async def run_export_async(
     """:func:`run_export` from async code; ``metrics``: a pipeline built by :func:`open_metrics`."""
     notes = _LiveNotes(command, stderr)
     counter = _StreamEventCounter()
+    tree = _tree_wanted(command)
     report = await export_run_async(
         handle,
         command.export,
-        observers=_observers(command, counter),
+        observers=_observers(command, counter, tree),
         on_note=notes,
-        keep_spans=_tree_wanted(command),
+        keep_spans=tree,
         metrics=metrics,
     )
     return _print(report, command, notes, counter, stdout, stderr), report

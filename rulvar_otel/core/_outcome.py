@@ -79,8 +79,16 @@ class RunOutcome:
         "value",
     )
 
-    _JSON_FIELDS: ClassVar[tuple[str, ...]] = ("value", "error", "usage", "cost", "envelope")
-    FIELDS: ClassVar[tuple[str, ...]] = ("status", *_JSON_FIELDS, "completion", "childStatusCounts")
+    FIELDS: ClassVar[tuple[str, ...]] = (
+        "status",
+        "value",
+        "error",
+        "usage",
+        "cost",
+        "envelope",
+        "completion",
+        "childStatusCounts",
+    )
 
     status: str
     value: Any

@@ -318,7 +318,8 @@ class RecordedRun:
         return self._iter_sync() if self._buffer is not None else self._iter_unbuffered()
 
     def _iter_unbuffered(self) -> Iterator[EventLike]:
-        """An unbuffered stream read once (an export): ``_next_sync``'s record, in line per event."""
+        """An unbuffered stream read once (an export): past a peeked first event, each event is
+        recorded as it is read, without ``_next_sync``'s peek and end checks."""
         if self._peeked is not _NOTHING or self._done:
             event = self._next_sync()
             if event is _NOTHING:
@@ -326,19 +327,9 @@ class RecordedRun:
             yield event  # type: ignore[misc]
         source = self._sync
         assert source is not None
-        by_type = self._listeners._by_type  # one emptiness check per event, no call
+        record = self._record
         for event in source:
-            if type(event) is not dict:
-                self._record(event)
-                yield event
-                continue
-            kind = event.get("type")
-            if self._run_id is None and isinstance(rid := event.get("runId"), str):
-                self._run_id = rid
-            if kind == "run:end":
-                self.last_run_end = event
-            if by_type:
-                self._listeners.dispatch(event, kind if isinstance(kind, str) else None)
+            record(event)
             yield event
         self._done = True
 

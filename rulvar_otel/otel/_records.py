@@ -33,9 +33,9 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util.types import Attributes, AttributeValue
 
-__all__ = ["RecordingTracer", "SpanRecord", "SpanRecorder"]
+__all__ = ["SAMPLED", "RecordingTracer", "SpanRecord", "SpanRecorder"]
 
-_SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
+SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
 _EMPTY_STATE: Final = TraceState()
 _UNSET: Final = Status(StatusCode.UNSET)
 _INTERNAL: Final = SpanKind.INTERNAL
@@ -116,7 +116,7 @@ class SpanRecord:
         context = self._context
         if context is None:
             context = self._context = SpanContext(
-                self.trace_id, self.span_id, False, _SAMPLED, self.trace_state
+                self.trace_id, self.span_id, False, SAMPLED, self.trace_state
             )
         return context
 
@@ -212,11 +212,8 @@ class SpanRecorder:
         the same id-generator call; ``attributes`` (a fresh dict the caller hands over) becomes
         the record's own.
         """
-        limit = self.name_limit
-        if limit is not None and len(name) > limit:
-            name = name[:limit]
         return SpanRecord(
-            name,
+            self.bounded_name(name),
             parent.trace_id,
             self.id_generator.generate_span_id(),
             parent.span_id,
@@ -226,6 +223,11 @@ class SpanRecorder:
             self.on_end,
             parent.trace_state,
         )
+
+    def bounded_name(self, name: str) -> str:
+        """``name`` cut to the name limit (a name is a value too)."""
+        limit = self.name_limit
+        return name[:limit] if limit is not None and len(name) > limit else name
 
     def limited(self, record: SpanRecord) -> None:
         """The SDK's span limits on a finished record (it keeps the newest events, as the SDK
@@ -288,12 +290,9 @@ class RecordingTracer(Tracer):
         else:
             trace_id, parent_id = ids.generate_trace_id(), 0
         attrs = dict(attributes) if attributes else {}
-        limit = self.recorder.name_limit
-        if limit is not None and len(name) > limit:
-            name = name[:limit]
         kept = tuple(link.context for link in links if link.context.is_valid) if links else ()
         return SpanRecord(
-            name,
+            self.recorder.bounded_name(name),
             trace_id,
             ids.generate_span_id(),
             parent_id,
@@ -305,12 +304,6 @@ class RecordingTracer(Tracer):
             kept,
             parent.is_valid and parent.is_remote,
         )
-
-    def start_under(
-        self, name: str, parent: SpanRecord, attributes: dict[str, Any], start_ns: int
-    ) -> SpanRecord:
-        """:meth:`SpanRecorder.start_under`."""
-        return self.recorder.start_under(name, parent, attributes, start_ns)
 
     @contextmanager
     def start_as_current_span(self, name: str, *args: Any, **kwargs: Any) -> Iterator[SpanRecord]:  # type: ignore[override]

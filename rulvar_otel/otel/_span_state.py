@@ -11,10 +11,10 @@ from typing import Final, TypeAlias
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, Span, SpanContext, TraceFlags
+from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, Span, SpanContext
 
 from rulvar_otel.otel import semconv as sc
-from rulvar_otel.otel._records import SpanRecord
+from rulvar_otel.otel._records import SAMPLED, SpanRecord
 
 # What a mapped span holds while it is open: the host tracer's span, or the direct path's record.
 LiveSpan: TypeAlias = Span | SpanRecord
@@ -41,7 +41,6 @@ __all__ = [
 ]
 
 RUN, PHASE, AGENT, INVOCATION, TOOL, CHILD = range(6)
-_SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
 # docs/otel-mapping.md#openinference-span-kinds
 OPENINFERENCE_KIND: Final = {
     RUN: sc.OPENINFERENCE_CHAIN,
@@ -140,7 +139,7 @@ def full_context(rec: MappedSpan, template: SpanContext | None) -> SpanContext:
 def template_shape(template: SpanContext) -> tuple[int, object]:
     """The trace id and tracestate a record must have to be kept by its span id (see
     :func:`kept_context`); ``(-1, None)`` when no record can (a remote or unsampled template)."""
-    if template.trace_flags == _SAMPLED and not template.is_remote:
+    if template.trace_flags == SAMPLED and not template.is_remote:
         return template.trace_id, template.trace_state
     return -1, None
 
