@@ -37,6 +37,10 @@ COMPILED = (
     "rulvar_otel/otel/_wire.py",
     "rulvar_otel/otel/semconv.py",
     "rulvar_otel/sources/jsonl.py",
+    "rulvar_otel/core/progress.py",
+    "rulvar_otel/core/_progress_rows.py",
+    "rulvar_otel/core/wire.py",
+    "rulvar_otel/otel/_runs.py",
 )
 
 # Exit codes of the build script below that mean "this machine cannot compile" (fall back).

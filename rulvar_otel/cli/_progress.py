@@ -181,7 +181,6 @@ class _MilestoneView(ProgressView):
         self._clock = clock
         self._interval = interval_s
         self._last_line_at = clock()
-        self._span_ids: set[str] = set()
         self._pending: list[Mapping[str, Any]] = []  # events not folded yet (see _FOLD_BATCH)
 
     def _write(self, lines: list[str]) -> None:
@@ -196,9 +195,6 @@ class _MilestoneView(ProgressView):
         if wire.get("type") in _MILESTONE_KINDS:
             self._settle()
             self._write(self._printer.lines(wire))
-            span_id = wire.get("spanId")
-            if isinstance(span_id, str):
-                self._span_ids.add(span_id)
         else:
             pending.append(wire)
             if len(pending) >= _FOLD_BATCH:
@@ -211,18 +207,13 @@ class _MilestoneView(ProgressView):
         pending = self._pending
         if pending:
             self.state.apply_all(pending)
-            ids = self._span_ids
-            for wire in pending:
-                span_id = wire.get("spanId")
-                if isinstance(span_id, str):
-                    ids.add(span_id)
             pending.clear()
 
     def counts_line(self) -> str:
         """``… 1,204 events  310 spans  agents 120 ok, 2 error, 8 running  spent $0.41``."""
         self._settle()
         st = self.state
-        parts = [f"… {st.events:,} events", f"{len(self._span_ids):,} spans"]
+        parts = [f"… {st.events:,} events", f"{len(st.span_ids or ()):,} spans"]
         counts = st.status_counts()
         if counts:
             parts.append("agents " + ", ".join(f"{n:,} {status}" for status, n in sorted(counts.items())))

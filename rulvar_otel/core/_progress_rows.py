@@ -105,8 +105,8 @@ class AgentRow:
     stream_chars: int = 0
     active_role: str | None = None
     current_tool: str | None = None
-    role_seconds: dict[str, float] = field(default_factory=dict[str, float])
-    open_phases: dict[int, str] = field(default_factory=dict[int, str])
+    role_seconds: dict[str, float] = field(default_factory=dict)
+    open_phases: dict[int, str] = field(default_factory=dict)
     replayed: bool = False
     retrying: bool = False
     error_code: str | None = None

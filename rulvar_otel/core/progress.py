@@ -50,6 +50,15 @@ _FAILED_TOOL: Final = ("error", "denied")
 _CLEAN_MEMO_LIMIT: Final = 4096
 
 
+# The wire form the fold reads: compiled, a dict's ``get`` is a direct call, a Mapping's a method lookup.
+Wire = dict[str, Any]
+
+
+def _as_dict(event: EventLike) -> Wire:
+    wire = as_wire(event)
+    return wire if type(wire) is dict else dict(wire)
+
+
 def _ts_seconds(value: object) -> float | None:
     """Epoch seconds of an envelope ``ts`` (None when absent or malformed)."""
     ns = ts_ns(value)
@@ -105,6 +114,8 @@ class ProgressState:
         self.quota_denials = 0
         self.warnings = 0
         self.events = 0
+        # Distinct span ids of the events folded: kept by the summary fold (its counts line).
+        self.span_ids: set[str] | None = set() if summary_only else None
         # How the run settled, once a drain finished this fold (None while it runs).
         self.outcome: RunOutcome | BaseException | None = None
 
@@ -128,7 +139,7 @@ class ProgressState:
         name = label or agent_type or "(anon)"  # as the span name says it
         return self.clean(name)
 
-    def _agent(self, wire: Mapping[str, Any], span_id: str) -> AgentRow:
+    def _agent(self, wire: Wire, span_id: str) -> AgentRow:
         row = self.agents.get(span_id)
         if row is None:
             row = AgentRow(span_id, as_str(wire.get("parentSpanId")), self.agent_name(wire))
@@ -147,7 +158,7 @@ class ProgressState:
 
     def apply(self, event: EventLike) -> Mapping[str, Any]:
         """Fold one event; returns its wire form (callers reuse it)."""
-        wire = event if type(event) is dict else as_wire(event)
+        wire = event if type(event) is dict else _as_dict(event)
         self.apply_all((wire,))
         return wire
 
@@ -160,12 +171,16 @@ class ProgressState:
         handlers = self._handlers
         # The summary counts tool calls and failed ones, nothing else of a tool: in line here.
         counts_tools = handlers is _SUMMARY_HANDLERS
+        seen = self.span_ids
         ts_raw, ts, last_ts = self._ts_raw, self._ts_value, self.last_ts
         count = calls = failures = 0
         try:
             for event in events:
-                wire = event if type(event) is dict else as_wire(event)
+                wire: Wire = event if type(event) is dict else _as_dict(event)  # type: ignore[assignment]
                 count += 1
+                span = wire.get("spanId")
+                if seen is not None and type(span) is str:
+                    seen.add(span)
                 raw_ts = wire.get("ts")
                 if raw_ts is not ts_raw and not (type(raw_ts) is str and raw_ts == ts_raw):
                     ts = _ts_seconds(raw_ts)
@@ -175,15 +190,16 @@ class ProgressState:
                 if self.run_id is None and isinstance(wire.get("runId"), str):
                     self.run_id = self.clean(wire["runId"])
                 kind = wire.get("type")
+                if not isinstance(kind, str):
+                    continue
                 if counts_tools and kind == "tool:start":
                     calls += 1
                     continue
                 if counts_tools and kind == "tool:end":
                     failures += wire.get("outcome") in _FAILED_TOOL
                     continue
-                handler = handlers.get(kind) if isinstance(kind, str) else None
+                handler = handlers.get(kind)
                 if handler is not None:
-                    span = wire.get("spanId")
                     replayed = wire.get("replayed") is True
                     handler(self, wire, span if isinstance(span, str) else "", ts, replayed)
         finally:
@@ -194,7 +210,7 @@ class ProgressState:
 
     # -- handlers ------------------------------------------------------------------------------
 
-    def _run_start(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+    def _run_start(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
         self.segments += 1
         if isinstance(wire.get("workflow"), str):
             self.workflow = self.clean(wire["workflow"])
@@ -203,7 +219,7 @@ class ProgressState:
         self.status = "running"
         self.ended_at = None
 
-    def _run_end(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+    def _run_end(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
         status = as_str(wire.get("status"))
         self.status = self.clean(status) if status else "unknown"
         completion = as_str(wire.get("completion"))
@@ -220,13 +236,13 @@ class ProgressState:
                     row.status = "unsettled"
                     row.ended_at = ts
 
-    def _phase_start(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+    def _phase_start(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
         name = as_str(wire.get("phase"))
         self.phases[span_id] = PhaseRow(
             span_id, self.clean(name) if name is not None else "phase", as_str(wire.get("parentSpanId")), ts
         )
 
-    def _budget(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+    def _budget(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
         spent = as_number(wire.get("spentUsd"))
         remaining = as_number(wire.get("remainingUsd"))
         if spent is not None:
@@ -239,13 +255,13 @@ class ProgressState:
                 spent + remaining if self.ceiling_usd is None else max(self.ceiling_usd, spent + remaining)
             )
 
-    def _agent_queued(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+    def _agent_queued(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
         row = self._agent(wire, span_id)
         if row.started_at is None:
             row.status = "queued"
         row.replayed = row.replayed or replayed
 
-    def _agent_start(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+    def _agent_start(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
         if self._lifecycle.start(wire) is None:
             return  # a re-emitted or legacy repeat of its opener never restarts the row
         row = self._agent(wire, span_id)
@@ -259,7 +275,7 @@ class ProgressState:
         row.role = self.clean(role) if role else None
         row.replayed = replayed
 
-    def _phase_open(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+    def _phase_open(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
         row = self._agent(wire, span_id)
         role = as_str(wire.get("role"))
         invocation = as_int(wire.get("invocation"))
@@ -269,7 +285,7 @@ class ProgressState:
         if invocation is not None:
             row.open_phases[invocation] = clean_role
 
-    def _phase_close(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+    def _phase_close(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
         row = self._agent(wire, span_id)
         role = as_str(wire.get("role"))
         clean_role = self.clean(role) if role else "phase"
@@ -289,7 +305,7 @@ class ProgressState:
             row.cost_usd = (row.cost_usd or 0.0) + cost
         row.active_role = next(reversed(row.open_phases.values()), None) if row.open_phases else None
 
-    def _agent_end(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+    def _agent_end(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
         if self._lifecycle.end(wire) is None and self._lifecycle.closed(span_id):
             return  # a repeated closer: the row already shows the span's end
         # An end without a start still shows what it says (a view attached mid-run sees these).
@@ -300,7 +316,7 @@ class ProgressState:
         if row.started_at is None:
             row.started_at = ts
         usage = wire.get("usage")
-        if isinstance(usage, Mapping):
+        if type(usage) is dict or isinstance(usage, Mapping):
             row.input_tokens = as_int(usage.get("inputTokens"))
             row.output_tokens = as_int(usage.get("outputTokens"))
         cost = as_number(wire.get("costUsd"))
@@ -315,35 +331,35 @@ class ProgressState:
         row.retrying = False
         self.waiting.pop(span_id, None)
 
-    def _agent_error(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+    def _agent_error(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
         row = self._agent(wire, span_id)
         error = wire.get("error")
         if isinstance(error, Mapping) and isinstance(error.get("code"), str):
             row.error_code = self.clean(error["code"])
         row.retrying = wire.get("willRetry") is True
 
-    def _agent_stream(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+    def _agent_stream(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
         delta = wire.get("delta")
         if isinstance(delta, str) and span_id in self.agents:
             self.agents[span_id].stream_chars += len(delta)
 
-    def _quota(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+    def _quota(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
         self.quota_denials += 1
 
-    def _tool_start(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+    def _tool_start(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
         self.tool_calls += 1
         name = as_str(wire.get("toolName"))
         if span_id in self.agents:
             self.agents[span_id].current_tool = self.clean(name) if name else "tool"
 
-    def _tool_end(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+    def _tool_end(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
         if wire.get("outcome") in _FAILED_TOOL:
             self.tool_failures += 1
         if span_id in self.agents:
             self.agents[span_id].current_tool = None
         self.waiting.pop(span_id, None)
 
-    def _child_start(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+    def _child_start(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
         workflow = as_str(wire.get("workflow"))
         scope = as_str(wire.get("scope"))
         self.children[span_id] = ChildRow(
@@ -354,7 +370,7 @@ class ProgressState:
             started_at=ts,
         )
 
-    def _child_end(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+    def _child_end(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
         row = self.children.get(span_id)
         if row is None:
             self._child_start(wire, span_id, ts, replayed)
@@ -363,31 +379,29 @@ class ProgressState:
         row.status = self.clean(status) if status else "unknown"
         row.ended_at = ts
 
-    def _external(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+    def _external(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
         key = as_str(wire.get("key"))
         self.waiting[span_id] = "external " + (self.clean(key) if key else "?")
 
-    def _approval(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+    def _approval(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
         tool = as_str(wire.get("toolName"))
         self.waiting[span_id] = "approval " + (self.clean(tool) if tool else "?")
 
-    def _log(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+    def _log(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
         if wire.get("level") in ("warn", "error"):
             self.warnings += 1
 
     # -- the summary-only fold's cheaper forms -------------------------------------------------
 
-    def _touch_agent(self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool) -> None:
+    def _touch_agent(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
         self._agent(wire, span_id)  # the row exists (and counts) as the full fold would make it
 
-    def _phase_close_counts(
-        self, wire: Mapping[str, Any], span_id: str, ts: float | None, replayed: bool
-    ) -> None:
+    def _phase_close_counts(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
         row = self._agent(wire, span_id)
         if row.done:
             return
         usage = wire.get("usage")
-        if isinstance(usage, Mapping):
+        if type(usage) is dict or isinstance(usage, Mapping):
             row.input_tokens = (row.input_tokens or 0) + (as_int(usage.get("inputTokens")) or 0)
             row.output_tokens = (row.output_tokens or 0) + (as_int(usage.get("outputTokens")) or 0)
         cost = as_number(wire.get("costUsd"))

@@ -203,7 +203,7 @@ class _Agent:
     host_rejected: bool = False
     tool_budget: dict[str, Any] | None = None
     open: bool = True
-    phases: list[_Phase] = field(default_factory=list[_Phase])
+    phases: list[_Phase] = field(default_factory=list)
 
     def freeze(self) -> AgentInvocationRow:
         duration = None

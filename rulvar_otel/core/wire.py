@@ -13,7 +13,6 @@ package, so the event model and any layer can use it.
 
 from __future__ import annotations
 
-import math
 from datetime import UTC, datetime
 from typing import Final
 
@@ -61,8 +60,12 @@ def as_number(value: object) -> float | None:
     if (
         cls is not float
         and cls is not int
-        and (isinstance(value, bool) or not isinstance(value, int | float))
+        and (value is None or isinstance(value, bool) or not isinstance(value, (int, float)))
     ):
         return None
-    result = float(value)  # type: ignore[arg-type]
-    return result if math.isfinite(result) else None
+    try:
+        result = float(value)  # type: ignore[arg-type]
+    except OverflowError:  # an int past a float's range
+        return None
+    # Finite exactly when x - x is 0: for an infinity or a NaN it is NaN.
+    return result if result - result == 0.0 else None

@@ -10,15 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from opentelemetry.trace import Status, StatusCode
-
 from rulvar_otel.otel import semconv as sc
+from rulvar_otel.otel._records import STATUS_ERROR, STATUS_OK
 from rulvar_otel.otel._span_state import PHASE, RUN, MappedSpan
 
 __all__ = ["end_at_suspension", "end_inferred", "end_unclosed", "mark_segment_leftovers"]
-
-_STATUS_OK = Status(StatusCode.OK)
-_STATUS_ERROR = Status(StatusCode.ERROR)
 
 
 def mark_segment_leftovers(
@@ -44,10 +40,10 @@ def end_inferred(rec: MappedSpan, ns: int, ok: bool, end: Callable[[MappedSpan, 
         return
     if ok:
         span.set_attribute(sc.END_INFERRED, True)
-        span.set_status(_STATUS_OK)
+        span.set_status(STATUS_OK)
     else:
         span.set_attributes({sc.END_INFERRED: True, sc.ERROR_TYPE: sc.ERROR_TYPE_OTHER})
-        span.set_status(_STATUS_ERROR)
+        span.set_status(STATUS_ERROR)
     end(rec, ns)
 
 

@@ -32,7 +32,7 @@ from rulvar_otel.otel._mapper_helpers import (
     unsettled_message,
 )
 from rulvar_otel.otel._parentage import NO_PARENT, Parentage, start_back_link
-from rulvar_otel.otel._records import RecordingTracer, SpanRecord
+from rulvar_otel.otel._records import STATUS_ERROR, STATUS_OK, RecordingTracer, SpanRecord
 from rulvar_otel.otel._scopes import innermost_open, innermost_scope, scope_closed
 from rulvar_otel.otel._span_state import (
     AGENT,
@@ -64,8 +64,6 @@ _log = logging.getLogger("rulvar_otel")
 _OK_VALUES: Final = frozenset({"ok", "skipped"})
 # A suspension is waiting, not failing: its closer leaves the status UNSET (docs/otel-mapping.md#suspensions).
 _WAITING: Final = "suspended"
-_STATUS_OK: Final = Status(StatusCode.OK)
-_STATUS_ERROR: Final = Status(StatusCode.ERROR)
 # Events before the first usable ts wait for it; past this many they take the wall clock, so a
 # stream without any usable ts keeps bounded memory (docs/otel-mapping.md#timestamps).
 _UNTIMED_LIMIT: Final = 1024
@@ -345,9 +343,9 @@ class SpanMapper:
         else:
             span.set_attributes(attributes)
         if ok:
-            span.set_status(_STATUS_OK)
+            span.set_status(STATUS_OK)
         elif not waiting:
-            span.set_status(_STATUS_ERROR if message is None else Status(StatusCode.ERROR, message))
+            span.set_status(STATUS_ERROR if message is None else Status(StatusCode.ERROR, message))
         end_span(rec, span, ns, self._template)  # _end inlined: span is known to be set
         self._open_live -= 1
 

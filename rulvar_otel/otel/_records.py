@@ -12,6 +12,7 @@ The span limits the SDK would apply (``OTEL_SPAN_EVENT_COUNT_LIMIT`` and friends
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Final
@@ -33,12 +34,26 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util.types import Attributes, AttributeValue
 
-__all__ = ["SAMPLED", "RecordingTracer", "SpanRecord", "SpanRecorder"]
+__all__ = [
+    "EMPTY_STATE",
+    "SAMPLED",
+    "STATUS_ERROR",
+    "STATUS_OK",
+    "RecordingTracer",
+    "SpanRecord",
+    "SpanRecorder",
+]
 
 SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
-_EMPTY_STATE: Final = TraceState()
+EMPTY_STATE: Final = TraceState()
 _UNSET: Final = Status(StatusCode.UNSET)
+# The statuses the mapper sets, shared: told apart by identity (``status_code`` is a Python property).
+STATUS_OK: Final = Status(StatusCode.OK)
+STATUS_ERROR: Final = Status(StatusCode.ERROR)
+_CODE_UNSET: Final = StatusCode.UNSET
+_CODE_OK: Final = StatusCode.OK
 _INTERNAL: Final = SpanKind.INTERNAL
+_INVALID_SPAN_ID: Final = trace.INVALID_SPAN_ID
 
 # (name, timestamp ns, attributes) of one span event.
 RecordEvent = tuple[str, int, Mapping[str, AttributeValue]]
@@ -88,7 +103,7 @@ class SpanRecord:
         start_ns: int,
         attributes: dict[str, AttributeValue],
         on_end: Callable[[SpanRecord], None] | None,
-        trace_state: TraceState = _EMPTY_STATE,
+        trace_state: TraceState = EMPTY_STATE,
         links: tuple[SpanContext, ...] = (),
         parent_remote: bool = False,
     ) -> None:
@@ -144,12 +159,11 @@ class SpanRecord:
     def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
         # As the SDK: OK is final, and UNSET never overwrites. (A record starts as the shared
         # UNSET status: the first status set reads no property of it.)
-        current = self.status
-        if self._on_end is None or (current is not _UNSET and current.status_code is StatusCode.OK):
+        if self._on_end is None or _code(self.status) is _CODE_OK:
             return
         if isinstance(status, StatusCode):
             status = Status(status, description)
-        if status.status_code is not StatusCode.UNSET:
+        if _code(status) is not _CODE_UNSET:
             self.status = status
 
     def end(self, end_time: int | None = None) -> None:
@@ -182,6 +196,14 @@ class SpanRecord:
         """Exceptions can hold content; the mapping contract never records them."""
 
 
+def _code(status: Status) -> StatusCode:
+    if status is _UNSET:
+        return _CODE_UNSET
+    if status is STATUS_OK:
+        return _CODE_OK
+    return StatusCode.ERROR if status is STATUS_ERROR else status.status_code
+
+
 class SpanRecorder:
     """Makes and ends the direct path's records: span ids, the name bound, the SDK's span limits
     on each finished record, and its delivery. Compiled, a native class the mapper calls directly.
@@ -195,6 +217,8 @@ class SpanRecorder:
         name_limit: int | None,
     ) -> None:
         self.id_generator = id_generator
+        # The SDK's random generator, called in line: its method is a Python call per span.
+        self._random_ids = type(id_generator) is RandomIdGenerator
         self.max_events: int | None = limits.max_events
         self.max_attributes: int | None = limits.max_span_attributes
         self.span_length: int | None = limits.max_span_attribute_length
@@ -215,7 +239,7 @@ class SpanRecorder:
         return SpanRecord(
             self.bounded_name(name),
             parent.trace_id,
-            self.id_generator.generate_span_id(),
+            self.span_id(),
             parent.span_id,
             _INTERNAL,
             start_ns,
@@ -223,6 +247,15 @@ class SpanRecorder:
             self.on_end,
             parent.trace_state,
         )
+
+    def span_id(self) -> int:
+        """The next span id from the id generator (the same random source as the SDK's)."""
+        if not self._random_ids:
+            return self.id_generator.generate_span_id()
+        span_id = random.getrandbits(64)
+        while span_id == _INVALID_SPAN_ID:
+            span_id = random.getrandbits(64)
+        return span_id
 
     def bounded_name(self, name: str) -> str:
         """``name`` cut to the name limit (a name is a value too)."""
@@ -284,7 +317,7 @@ class RecordingTracer(Tracer):
     ) -> SpanRecord:
         parent = trace.get_current_span(context).get_span_context()
         ids = self.id_generator
-        state = _EMPTY_STATE
+        state = EMPTY_STATE
         if parent.is_valid:
             trace_id, parent_id, state = parent.trace_id, parent.span_id, parent.trace_state
         else:
@@ -294,7 +327,7 @@ class RecordingTracer(Tracer):
         return SpanRecord(
             self.recorder.bounded_name(name),
             trace_id,
-            ids.generate_span_id(),
+            self.recorder.span_id(),
             parent_id,
             kind,
             start_time or 0,
@@ -318,22 +351,37 @@ class RecordingTracer(Tracer):
 _SEQUENCES: Final = (tuple, list)
 
 
-def _bounded(attributes: Any, length: int) -> Any:
-    """``attributes`` with every string cut to ``length`` (the same mapping when none is longer)."""
+def _bounded(attributes: dict[str, AttributeValue], length: int) -> dict[str, AttributeValue]:
+    """``attributes`` with every string cut to ``length`` and every list a tuple (the same
+    dict when no string is longer and no value is a list)."""
+    if _fits(attributes, length):
+        return attributes
+    return {k: _truncate(v, length) for k, v in attributes.items()}
+
+
+def _fits(attributes: dict[str, AttributeValue], length: int) -> bool:
     for value in attributes.values():
-        if value.__class__ is str:
+        if isinstance(value, str):
             if len(value) > length:
-                return {k: _truncate(v, length) for k, v in attributes.items()}
-        elif isinstance(value, _SEQUENCES):
-            return {k: _truncate(v, length) for k, v in attributes.items()}
-    return attributes
+                return False
+        elif isinstance(value, tuple):
+            for item in value:
+                if isinstance(item, str) and len(item) > length:
+                    return False
+        elif isinstance(value, list):
+            return False
+    return True
+
+
+def _plain(attributes: Mapping[str, AttributeValue]) -> dict[str, AttributeValue]:
+    return attributes if type(attributes) is dict else dict(attributes)  # type: ignore[return-value]
 
 
 def _bounded_events(events: list[RecordEvent], length: int) -> list[RecordEvent]:
     """``events`` with every attribute string cut to ``length`` (the same list when none is longer)."""
     for index, (_, _, attrs) in enumerate(events):
-        if _bounded(attrs, length) is not attrs:
-            rest = [(name, ts, _bounded(attributes, length)) for name, ts, attributes in events[index:]]
+        if not _fits(_plain(attrs), length):
+            rest = [(name, ts, _bounded(_plain(a), length)) for name, ts, a in events[index:]]
             return events[:index] + rest
     return events
 

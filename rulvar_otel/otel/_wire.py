@@ -22,7 +22,7 @@ from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from rulvar_otel.otel._records import SpanRecord
+from rulvar_otel.otel._records import EMPTY_STATE, SpanRecord
 from rulvar_otel.otel.semconv import UNIQUE_VALUE_KEYS
 
 __all__ = [
@@ -49,6 +49,7 @@ _varint: Final[Callable[[int], bytes]] = _VarintBytes
 
 # OTLP's span kind is the API's enum value plus one (OTLP reserves 0 for "unspecified").
 KIND_CODES: Final = {kind: kind.value + 1 for kind in SpanKind}
+_INTERNAL: Final = SpanKind.INTERNAL
 STATUS_CODES: Final = {code: code.value for code in StatusCode}
 
 
@@ -280,10 +281,13 @@ def _span(record: SpanRecord, trace_bytes: bytes, memo: WireMemo) -> bytes:
     message = memo.span_message  # its eight scalar fields, every one set for each span
     message.trace_id = trace_bytes
     message.span_id = record.span_id.to_bytes(8, "big")
-    message.trace_state = record.trace_state.to_header() if record.trace_state else ""
+    state = record.trace_state
+    message.trace_state = "" if state is EMPTY_STATE or not state else state.to_header()
     message.parent_span_id = record.parent_id.to_bytes(8, "big") if record.parent_id else b""
     message.name = record.name
-    message.kind = KIND_CODES[record.kind]
+    kind = record.kind
+    # An identity test first: a dict keyed by the enum hashes it with a Python call (Enum.__hash__).
+    message.kind = 1 if kind is _INTERNAL else KIND_CODES[kind]
     message.start_time_unix_nano = record.start_ns
     message.end_time_unix_nano = record.end_ns
     parts = [message.SerializeToString()]
