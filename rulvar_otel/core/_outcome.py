@@ -22,6 +22,7 @@ __all__ = [
     "EventLike",
     "RunOutcome",
     "as_wire",
+    "as_wire_dict",
     "event_field",
     "is_event_model",
     "outcome_from_json",
@@ -220,6 +221,12 @@ def as_wire(event: EventLike) -> Mapping[str, Any]:
     if type(event) is dict or isinstance(event, Mapping):
         return event
     return _to_wire(event) if is_event_model(event) else {}
+
+
+def as_wire_dict(event: EventLike) -> dict[str, Any]:
+    """:func:`as_wire` as a plain dict (a mapping that is not one is copied)."""
+    wire = as_wire(event)
+    return wire if type(wire) is dict else dict(wire)  # type: ignore[return-value]
 
 
 def _to_wire(event: EventModel) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
+from rulvar_otel.core._outcome import as_wire_dict
 from rulvar_otel.core._progress_rows import (
     AgentRow,
     ChildRow,
@@ -26,10 +27,10 @@ from rulvar_otel.core._progress_rows import (
     format_tokens,
     format_usd,
 )
-from rulvar_otel.core.handle import EventLike, RunOutcome, as_wire
+from rulvar_otel.core.handle import EventLike, RunOutcome
 from rulvar_otel.core.lifecycle import AgentLifecycle
 from rulvar_otel.core.masking import SecretMasker, default_masker
-from rulvar_otel.core.wire import as_int, as_number, as_str, ts_ns
+from rulvar_otel.core.wire import as_int, as_number, as_str, ts_seconds
 
 __all__ = [
     "AgentRow",
@@ -52,17 +53,6 @@ _CLEAN_MEMO_LIMIT: Final = 4096
 
 # The wire form the fold reads: compiled, a dict's ``get`` is a direct call, a Mapping's a method lookup.
 Wire = dict[str, Any]
-
-
-def _as_dict(event: EventLike) -> Wire:
-    wire = as_wire(event)
-    return wire if type(wire) is dict else dict(wire)
-
-
-def _ts_seconds(value: object) -> float | None:
-    """Epoch seconds of an envelope ``ts`` (None when absent or malformed)."""
-    ns = ts_ns(value)
-    return None if ns is None else ns / 1e9
 
 
 class ProgressState:
@@ -114,8 +104,7 @@ class ProgressState:
         self.quota_denials = 0
         self.warnings = 0
         self.events = 0
-        # Distinct span ids of the events folded: kept by the summary fold (its counts line).
-        self.span_ids: set[str] | None = set() if summary_only else None
+        self.span_ids: set[str] | None = set() if summary_only else None  # distinct, for counts
         # How the run settled, once a drain finished this fold (None while it runs).
         self.outcome: RunOutcome | BaseException | None = None
 
@@ -158,7 +147,7 @@ class ProgressState:
 
     def apply(self, event: EventLike) -> Mapping[str, Any]:
         """Fold one event; returns its wire form (callers reuse it)."""
-        wire = event if type(event) is dict else _as_dict(event)
+        wire = event if type(event) is dict else as_wire_dict(event)
         self.apply_all((wire,))
         return wire
 
@@ -176,14 +165,14 @@ class ProgressState:
         count = calls = failures = 0
         try:
             for event in events:
-                wire: Wire = event if type(event) is dict else _as_dict(event)  # type: ignore[assignment]
+                wire: Wire = event if type(event) is dict else as_wire_dict(event)  # type: ignore[assignment]
                 count += 1
                 span = wire.get("spanId")
                 if seen is not None and type(span) is str:
                     seen.add(span)
                 raw_ts = wire.get("ts")
                 if raw_ts is not ts_raw and not (type(raw_ts) is str and raw_ts == ts_raw):
-                    ts = _ts_seconds(raw_ts)
+                    ts = ts_seconds(raw_ts)
                     ts_raw = raw_ts
                     if ts is not None and (last_ts is None or ts > last_ts):
                         last_ts = ts
@@ -570,7 +559,7 @@ class ProgressLines:
 
     def _budget_line(self, wire: Mapping[str, Any]) -> list[str]:
         st = self.state
-        ts = _ts_seconds(wire.get("ts"))
+        ts = ts_seconds(wire.get("ts"))
         spent = st.spent_usd
         if spent is None or spent == self._last_budget_spent:
             return []

@@ -39,19 +39,22 @@ class Listeners:
     :meth:`dispatch` returns the first failure of that event, for callers that report it further.
     """
 
-    __slots__ = ("_by_type", "_logged", "_masker")
+    __slots__ = ("_by_type", "_logged", "_masker", "registered")
 
     def __init__(self, masker: SecretMasker | None = None) -> None:
         self._by_type: dict[str, list[Listener]] = {}
         self._logged: set[int] = set()  # ids of callbacks whose failure was logged
         self._masker = masker
+        # Whether any callback was ever registered: a plain field, read for every event.
+        self.registered = False
 
     def __bool__(self) -> bool:
-        return bool(self._by_type)  # a type whose listeners all went off stays, empty: harmless
+        return self.registered  # a type whose listeners all went off stays, empty: harmless
 
     def on(self, type: str, callback: Listener) -> Callable[[], None]:  # noqa: A002 - the handle's name
         """Call ``callback`` for every later event of ``type``; returns the ``off`` for it."""
         self._by_type.setdefault(type, []).append(callback)
+        self.registered = True
         return lambda: self.off(type, callback)
 
     def off(self, type: str, callback: Listener) -> None:  # noqa: A002
@@ -134,7 +137,7 @@ def as_sync_handle(handle: object) -> TypeGuard[SyncRunHandle]:
 
 
 def _kind_and_run_id(event: object) -> tuple[str | None, object]:
-    if type(event) is dict:  # parsed JSON: the common case, no model machinery
+    if isinstance(event, Mapping):
         kind = event.get("type")
         return (kind if isinstance(kind, str) else None), event.get("runId")
     from rulvar_otel.core._outcome import event_field
@@ -253,7 +256,11 @@ class RecordedRun:
     def _record(self, event: EventLike) -> None:
         if self._buffer is not None:
             self._buffer.append(event)
-        kind, rid = _kind_and_run_id(event)
+        if type(event) is dict:  # parsed JSON: the common case, read without a call
+            kind = event.get("type")
+            kind, rid = (kind if isinstance(kind, str) else None), event.get("runId")
+        else:
+            kind, rid = _kind_and_run_id(event)
         if self._run_id is None and isinstance(rid, str):
             self._run_id = rid
         if kind == "run:end":
@@ -263,7 +270,7 @@ class RecordedRun:
                 from rulvar_otel.core._outcome import as_wire
 
                 self.last_run_end = as_wire(event)
-        if self._listeners:
+        if self._listeners.registered:
             self._listeners.dispatch(event, kind)
 
     def _next_sync(self) -> object:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Final
 
-__all__ = ["ENVELOPE_FIELDS", "as_int", "as_number", "as_str", "ts_ns"]
+__all__ = ["ENVELOPE_FIELDS", "as_int", "as_number", "as_str", "ts_ns", "ts_seconds"]
 
 # The envelope every event carries (some optional): never content, never a span event attribute.
 ENVELOPE_FIELDS: Final = frozenset({"runId", "seq", "ts", "spanId", "parentSpanId", "replayed", "type"})
@@ -40,6 +40,12 @@ def ts_ns(value: object) -> int | None:
         parsed = parsed.replace(tzinfo=UTC)
     delta = parsed - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
+
+
+def ts_seconds(value: object) -> float | None:
+    """Epoch seconds of an envelope ``ts`` (None when absent or malformed)."""
+    ns = ts_ns(value)
+    return None if ns is None else ns / 1e9
 
 
 def as_str(value: object) -> str | None:

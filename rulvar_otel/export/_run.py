@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.context import Context
 
-from rulvar_otel.core.drain import Drained, Interrupts, drain, drain_run
+from rulvar_otel.core.drain import Drained, Interrupts, Sink, drain, drain_run
 from rulvar_otel.core.handle import RunHandle, RunOutcome
 from rulvar_otel.core.masking import compile_secret_masker
 from rulvar_otel.core.run_source import as_sync_handle
@@ -48,9 +48,21 @@ __all__ = ["INTERRUPT_GRACE_S", "export_run", "export_run_async"]
 INTERRUPT_GRACE_S: Final = 2.0
 
 
+class _Feed:
+    """One consumer's ``feed`` as a drain sink; its end is the export's (see ``_Export.close``)."""
+
+    __slots__ = ("feed",)
+
+    def __init__(self, feed: Callable[[Mapping[str, Any]], None]) -> None:
+        self.feed = feed
+
+    def finish(self, outcome: RunOutcome | BaseException | None) -> None:
+        return None
+
+
 class _Export:
-    """One export as a :class:`~rulvar_otel.core.drain.Sink`: open the destinations, be fed by
-    the drain, then close (settle, flush, report) with what the drain found."""
+    """One export: open the destinations, give the drain its sinks (:meth:`sinks`), then close
+    (settle, flush, report) with what the drain found."""
 
     def __init__(
         self,
@@ -67,7 +79,7 @@ class _Export:
         if pipeline is None:
             pipeline = direct_pipeline if options.pipeline == "direct" else sdk_pipeline
         self.make_pipeline: PipelineFactory = pipeline
-        self.observers = tuple(observers)  # replaced, never changed in place: feed iterates it
+        self.observers = tuple(observers)
         self.on_note = on_note
         self.environ = environ
         self.keep_spans = keep_spans
@@ -75,7 +87,6 @@ class _Export:
         self.capture = SdkLogCapture()
         self.pipeline: SpanPipeline | None = None
         self.metrics: MetricsPipeline | None = None
-        self.events = 0
         self.interrupted = False  # a Ctrl-C came, while reading or while flushing
         self.notes: list[str] = []
         self.failures: list[ExportFailure] = []
@@ -140,18 +151,14 @@ class _Export:
             self.note(f"serving Prometheus metrics on {self.metrics.prometheus_url}")
         return True
 
-    def feed(self, event: Mapping[str, Any]) -> None:
-        self.events += 1
-        assert self.pipeline is not None
-        self.pipeline.feed(event)
-        for observer in self.observers:
-            try:
-                observer.feed(event)
-            except Exception:  # noqa: BLE001 - an observer's failure never costs a span
-                self.observers = tuple(o for o in self.observers if o is not observer)
+    def sinks(self) -> tuple[Sink, ...]:
+        """What the drain feeds: the span pipeline, then each observer, called directly.
 
-    def finish(self, outcome: RunOutcome | BaseException | None) -> None:
-        """The drain's end: nothing to do yet, :meth:`close` settles with what the drain found."""
+        The drain keeps a failing feed from costing the others an event (an observer's failure
+        never costs a span); :meth:`close` settles the pipeline and finishes the observers.
+        """
+        assert self.pipeline is not None
+        return (_Feed(self.pipeline.feed), *(_Feed(observer.feed) for observer in self.observers))
 
     def close(self, drained: Drained, handle: RunHandle) -> ExportReport:
         """Settle, flush and report.
@@ -176,9 +183,9 @@ class _Export:
                 pass
         if drained.source_error is not None:
             self.fail(FailureKind.INPUT, _describe_source_error(drained.source_error))
-        elif self.events == 0 and not (drained.interrupted or self.interrupted):
+        elif drained.events == 0 and not (drained.interrupted or self.interrupted):
             self.fail(FailureKind.INPUT, "the stream held no events")
-        input_ok = not self.failed(FailureKind.INPUT) and self.events > 0
+        input_ok = not self.failed(FailureKind.INPUT) and drained.events > 0
         delivery = self.pipeline.close(keep_output=input_ok)
         for problem in delivery.problems():
             self.fail(FailureKind.DELIVERY, self._with_sdk_error(problem))
@@ -194,7 +201,7 @@ class _Export:
         quoted = self.failed(FailureKind.DELIVERY)
         notes = [*self.notes, *self.capture.notes(self.clean, quoted=quoted)]
         return ExportReport(
-            events=self.events,
+            events=drained.events,
             spans=delivery.spans_ended if spans == 0 else spans,
             run_ids=tuple(self.clean(r) for r in self.pipeline.run_ids),
             trace_ids=self.pipeline.trace_ids,
@@ -254,7 +261,7 @@ async def export_run_async(
         if not export.open():
             return export.report_only()
         # A broken stream's result is not awaited: the report says the input failed.
-        drained = await drain(handle, export, interrupts=_Cancelled(export), settle_broken=False)
+        drained = await drain(handle, *export.sinks(), interrupts=_Cancelled(export), settle_broken=False)
         # Flushing can block for up to one export timeout; keep the event loop free meanwhile.
         import asyncio  # loaded already: this runs in an event loop
 
@@ -372,7 +379,7 @@ def export_run(
         with export.capture, _Interrupt(export) as interrupt:
             if not export.open():
                 return export.report_only()
-            return export.close(drain_run(handle, export, interrupts=interrupt), handle)
+            return export.close(drain_run(handle, *export.sinks(), interrupts=interrupt), handle)
     import asyncio  # only an async source needs an event loop (a sync export never loads asyncio)
 
     return asyncio.run(

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 from opentelemetry.metrics import Meter
@@ -42,6 +42,7 @@ from rulvar_otel.otel._mapper import SpanMapper
 from rulvar_otel.otel._parentage import NO_PARENT, Parentage
 from rulvar_otel.otel._records import RecordingTracer, SpanRecord
 from rulvar_otel.otel._resource import compose_resource, mask_resource
+from rulvar_otel.otel._span_batches import SpanBatches
 
 __all__ = [
     "DEFAULT_MAX_BATCH",
@@ -95,42 +96,41 @@ class DirectSpanSink:
         self.delivered = [0] * len(self._exporters)
         self.failed = [0] * len(self._exporters)
         self._broken = [False] * len(self._exporters)
-        self._max_batch = max(1, max_batch)
         self._delay = schedule_delay_s
-        self._lock = threading.Lock()
-        self._batch: list[SpanRecord] = []
         self._queue: queue.Queue[object] = queue.Queue(maxsize=max(1, max_queue_batches))
-        self._keep = keep
-        self.records: list[SpanRecord] = []
-        self.ended = 0
+        self._batches = SpanBatches(max_batch, keep, self._enqueue)
         self.waits = 0  # times the producer waited for the exporters (backpressure applied)
-        self.trace_ids: dict[int, None] = {}  # insertion-ordered set
-        self._closed = False
         self._worker = threading.Thread(target=self._run, name="rulvar-otel-direct-export", daemon=True)
         self._worker.start()
 
     # --- producer side ----------------------------------------------------------------------------
 
-    def on_end(self, record: SpanRecord) -> None:
-        """Take one finished record (called by the mapper's tracer when a span ends)."""
-        if self._closed:
-            return
-        self.ended += 1
-        self.trace_ids.setdefault(record.trace_id)
-        if self._keep and (len(self.records) < self._keep or not record.parent_id):
-            self.records.append(record)
-        full: list[SpanRecord] | None = None
-        with self._lock:
-            batch = self._batch
-            batch.append(record)
-            if len(batch) >= self._max_batch:
-                full, self._batch = batch, []
-        if full is not None:
-            try:
-                self._queue.put_nowait(full)
-            except queue.Full:
-                self.waits += 1
-                self._queue.put(full)  # the exporters are behind: wait for them, drop nothing
+    @property
+    def on_end(self) -> Callable[[SpanRecord], None]:
+        """Takes one finished record (the mapper's tracer calls it when a span ends)."""
+        return self._batches.add
+
+    @property
+    def ended(self) -> int:
+        """The records taken."""
+        return self._batches.ended
+
+    @property
+    def records(self) -> list[SpanRecord]:
+        """The kept records (see ``keep``)."""
+        return self._batches.records
+
+    @property
+    def trace_ids(self) -> dict[int, None]:
+        """The traces of the records taken, in order (an insertion-ordered set)."""
+        return self._batches.trace_ids
+
+    def _enqueue(self, batch: list[SpanRecord]) -> None:
+        try:
+            self._queue.put_nowait(batch)
+        except queue.Full:
+            self.waits += 1
+            self._queue.put(batch)  # the exporters are behind: wait for them, drop nothing
 
     def tracer(
         self,
@@ -148,19 +148,12 @@ class DirectSpanSink:
 
     # --- worker -----------------------------------------------------------------------------------
 
-    def _take_partial(self) -> list[SpanRecord] | None:
-        with self._lock:
-            if not self._batch:
-                return None
-            batch, self._batch = self._batch, []
-            return batch
-
     def _run(self) -> None:
         while True:
             try:
                 item = self._queue.get(timeout=self._delay)
             except queue.Empty:
-                item = self._take_partial()
+                item = self._batches.take_partial()
                 if item is None:
                     continue
             if item is _STOP:
@@ -189,7 +182,7 @@ class DirectSpanSink:
 
     def force_flush(self) -> None:
         """Hand the partial batch to the worker now (it is exported in order)."""
-        partial = self._take_partial()
+        partial = self._batches.take_partial()
         if partial is not None:
             self._queue.put(partial)
 
@@ -198,8 +191,8 @@ class DirectSpanSink:
 
         Returns the spans each exporter accepted (in the order given). Idempotent.
         """
-        if not self._closed:
-            self._closed = True
+        if not self._batches.closed:
+            self._batches.closed = True
             self.force_flush()
             self._queue.put(_STOP)
             self._worker.join()
