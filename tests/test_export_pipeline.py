@@ -305,3 +305,40 @@ def test_each_interleaved_run_settles_from_its_own_run_end(tmp_path: Path) -> No
     statuses = sorted(Status.StatusCode.Name(s.status.code) for s in roots.values())
     # The error run's last run:end is the stream's last: it must not settle the ok run as well.
     assert statuses == ["STATUS_CODE_ERROR", "STATUS_CODE_OK"]
+
+
+# --- observers: fed by the drain beside the spans, never at their cost -------------------------
+
+
+class _CountingObserver:
+    def __init__(self) -> None:
+        self.fed = 0
+        self.finished: list[object] = []
+
+    def feed(self, event: Any) -> None:
+        self.fed += 1
+
+    def finish(self, outcome: object) -> None:
+        self.finished.append(outcome)
+
+
+class _BrokenObserver(_CountingObserver):
+    def feed(self, event: Any) -> None:
+        super().feed(event)
+        raise RuntimeError("observer bug")
+
+    def finish(self, outcome: object) -> None:
+        raise RuntimeError("observer bug at the end")
+
+
+def test_an_observer_that_raises_costs_no_span_and_no_other_observer_an_event(tmp_path: Path) -> None:
+    broken, counting = _BrokenObserver(), _CountingObserver()
+    report = export_run(
+        StreamedRun(events("large")),
+        ExportOptions(out=tmp_path / "o.jsonl"),
+        observers=[broken, counting],
+    )
+    assert report.ok and report.spans == 8021 and report.events == len(events("large"))
+    assert len(otlp_file_spans(tmp_path / "o.jsonl")) == 8021
+    assert counting.fed == broken.fed == len(events("large"))
+    assert len(counting.finished) == 1  # finished once, after the spans were settled
