@@ -77,3 +77,15 @@ def test_a_value_remembered_under_one_type_is_not_reused_for_an_equal_value_of_a
     for batch in (first, again):
         assert batch.request_bytes() == encode_spans(list(batch)).SerializeToString()
     assert header.wire_memo.span_fields.ints == {"v": {1: ANY, 0: ANY}}  # True, 1.0 and "1" are not ints
+
+
+def test_edge_scalars_encode_as_the_library_serializes_them() -> None:
+    header = BatchHeader(Resource.create({}), InstrumentationScope("t"))
+    edges: list[Any] = [0, 1, -1, 127, 128, -(2**63), 2**63 - 1, 0.0, -0.0, 5e-324, 1e308]
+    edges += [float("inf"), float("-inf"), float("nan"), "", "é", "𝄞", "x" * 300, True, False]
+    specs = [
+        {"attributes": {"v": value}, "events": [("e", {"v": value})], "error": None, "link": False}
+        for value in edges
+    ]
+    batch = _batch(specs, header)
+    assert batch.request_bytes() == encode_spans(list(batch)).SerializeToString()

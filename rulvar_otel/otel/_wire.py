@@ -7,11 +7,13 @@ event), and a span's bytes are its own scalar fields, serialized by protobuf, fo
 memoised attribute fields, in field-number order. That is the layout protobuf's serializer
 writes (concatenated fields of one message are that message), so the request is byte for byte
 the one the exporter library's ``encode_spans`` serializes. Only the framing of the nested
-messages (a tag and a length) is composed here, with protobuf's own varint encoder.
+messages (a tag and a length) is composed here, with protobuf's own varint encoder; a string,
+int or float value's ``AnyValue`` is its one field, framed the same way.
 """
 
 from __future__ import annotations
 
+import struct
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
@@ -49,7 +51,6 @@ _varint: Final[Callable[[int], bytes]] = _VarintBytes
 
 # OTLP's span kind is the API's enum value plus one (OTLP reserves 0 for "unspecified").
 KIND_CODES: Final = {kind: kind.value + 1 for kind in SpanKind}
-_INTERNAL: Final = SpanKind.INTERNAL
 STATUS_CODES: Final = {code: code.value for code in StatusCode}
 
 
@@ -65,6 +66,13 @@ _RESOURCE_SPANS_TAG: Final = _tag(trace_service_pb2.ExportTraceServiceRequest, "
 _SPAN_ATTRIBUTE_TAG: Final = _tag(PbSpan, "attributes")
 _EVENT_ATTRIBUTE_TAG: Final = _tag(_PbEvent, "attributes")
 _VALUE_TAG: Final = _tag(_KeyValue, "value")
+_STRING_VALUE_TAG: Final = _tag(_AnyValue, "string_value")
+_INT_VALUE_TAG: Final = _varint(_AnyValue.DESCRIPTOR.fields_by_name["int_value"].number << 3)  # varint
+_DOUBLE_VALUE_TAG: Final = _varint(_AnyValue.DESCRIPTOR.fields_by_name["double_value"].number << 3 | 1)
+_INT64_MIN: Final = -(2**63)
+_INT64_MAX: Final = 2**63 - 1
+_UINT64_RANGE: Final = 2**64
+_pack_double: Final = struct.Struct("<d").pack
 
 # Length prefixes up to this size are memoised (one or two varint bytes; spans and attributes
 # are almost always shorter).
@@ -96,18 +104,33 @@ def _any_value(value: Any) -> dict[str, Any]:
 
 
 def _value_bytes(value: Any, message: Any) -> bytes:
-    """The serialized ``AnyValue`` of an attribute value (protobuf serializes it).
+    """The serialized ``AnyValue`` of an attribute value: a string, an int64 or a double is its
+    one field, framed here; anything else protobuf serializes.
 
     ``message`` is an ``AnyValue`` reused for scalars: setting one member of its ``value`` oneof
     clears the others, so it serializes exactly as a new message would.
     """
     cls = value.__class__
     if cls is str:
-        message.string_value = value
+        text: str = value
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:
+            message.string_value = value  # protobuf refuses it, as it always did
+        else:
+            # AnyValue's field 1, framed as the KeyValue around it is: tag, length, UTF-8 bytes
+            # (a oneof member is written even when empty). Most values are strings.
+            return _STRING_VALUE_TAG + _length(len(data)) + data
     elif cls is int:
-        message.int_value = value
+        number: int = value
+        if _INT64_MIN <= number <= _INT64_MAX:
+            # Field 3, an int64 varint (a negative one as its 64-bit two's complement); small
+            # ones come from the memoised length prefixes, the same varints.
+            return _INT_VALUE_TAG + _length(number if number >= 0 else number + _UINT64_RANGE)
+        message.int_value = value  # protobuf refuses it, as it always did
     elif cls is float:
-        message.double_value = value
+        # Field 4, a double: its eight IEEE 754 bytes, little-endian.
+        return _DOUBLE_VALUE_TAG + _pack_double(value)
     elif cls is bool:
         message.bool_value = value
     else:
@@ -148,6 +171,8 @@ class WireMemo:
         self.value_message: Any = None
         self.last_value: object = None
         self.last_value_bytes = b""
+        self.last_state: object = None
+        self.last_kind: object = None
         self.fresh_messages()
 
     def fresh_messages(self) -> None:
@@ -161,6 +186,9 @@ class WireMemo:
         # The last value serialized on its own, and its bytes: kept per batch, compared by identity.
         self.last_value = None
         self.last_value_bytes = b""
+        # What the span message holds now (compared by identity): none yet.
+        self.last_state = None
+        self.last_kind = None
 
 
 def _length(size: int) -> bytes:
@@ -277,17 +305,21 @@ def _tail(record: SpanRecord, memo: WireMemo) -> bytes:
     return tail
 
 
-def _span(record: SpanRecord, trace_bytes: bytes, memo: WireMemo) -> bytes:
-    message = memo.span_message  # its eight scalar fields, every one set for each span
-    message.trace_id = trace_bytes
+def _span(record: SpanRecord, memo: WireMemo) -> bytes:
+    # Its eight scalar fields: the trace id is set by the batch's loop, a trace state and a kind
+    # only when they differ from the last span's (most spans share them), the others every time.
+    message = memo.span_message
     message.span_id = record.span_id.to_bytes(8, "big")
     state = record.trace_state
-    message.trace_state = "" if state is EMPTY_STATE or not state else state.to_header()
+    if state is not memo.last_state:
+        message.trace_state = "" if state is EMPTY_STATE or not state else state.to_header()
+        memo.last_state = state
     message.parent_span_id = record.parent_id.to_bytes(8, "big") if record.parent_id else b""
     message.name = record.name
     kind = record.kind
-    # An identity test first: a dict keyed by the enum hashes it with a Python call (Enum.__hash__).
-    message.kind = 1 if kind is _INTERNAL else KIND_CODES[kind]
+    if kind is not memo.last_kind:
+        message.kind = KIND_CODES[kind]
+        memo.last_kind = kind
     message.start_time_unix_nano = record.start_ns
     message.end_time_unix_nano = record.end_ns
     parts = [message.SerializeToString()]
@@ -316,15 +348,14 @@ def request_bytes(
     ``ResourceSpans`` and ``ScopeSpans``, ``*_schema`` their serialized ``schema_url`` fields.
     """
     trace_id = -1
-    trace_bytes = b""
     parts = [scope_head]
     with memo.lock:
         memo.fresh_messages()
         for record in records:
             if record.trace_id != trace_id:
                 trace_id = record.trace_id
-                trace_bytes = trace_id.to_bytes(16, "big")
-            parts.append(_span(record, trace_bytes, memo))
+                memo.span_message.trace_id = trace_id.to_bytes(16, "big")
+            parts.append(_span(record, memo))
     parts.append(scope_schema)
     scope_spans = b"".join(parts)
     resource_spans = b"".join(
