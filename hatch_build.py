@@ -42,6 +42,7 @@ COMPILED = (
     "rulvar_otel/core/wire.py",
     "rulvar_otel/otel/_runs.py",
     "rulvar_otel/otel/_span_batches.py",
+    "rulvar_otel/core/_drain_pass.py",
 )
 
 # Exit codes of the build script below that mean "this machine cannot compile" (fall back).

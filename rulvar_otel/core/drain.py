@@ -17,10 +17,10 @@ import logging
 import sys
 from collections.abc import AsyncIterable, Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
-from rulvar_otel.core._outcome import is_event_model
-from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome, as_wire, outcome_from_run_end
+from rulvar_otel.core._drain_pass import DrainPass
+from rulvar_otel.core.handle import EventLike, RunHandle, RunOutcome, outcome_from_run_end
 from rulvar_otel.core.run_source import SyncRunHandle, as_sync_handle
 
 __all__ = ["Drained", "FanOut", "FoldSink", "Interrupts", "Sink", "drain", "drain_events", "drain_run"]
@@ -126,19 +126,6 @@ class FoldSink(Generic[_R]):
         return self.result
 
 
-def _snapshot(event: EventLike) -> Mapping[str, Any]:
-    """The event's wire form as it is now, owned by the drain.
-
-    Sinks keep events past ``feed`` (metrics batches, agents waiting for their end, events
-    waiting for a first usable ``ts``), and a host may hand over one dict it refills for every
-    event: the top level is copied as it is read (nested values are not, for speed).
-    """
-    if type(event) is dict:  # parsed JSON: skip the Mapping ABC check on the hot path
-        return event.copy()
-    wire = as_wire(event)
-    return wire if is_event_model(event) else dict(wire)  # a model's dump is already a copy
-
-
 class Interrupts:
     """How a drain meets Ctrl-C or cancellation (``KeyboardInterrupt``, ``CancelledError``).
 
@@ -160,89 +147,32 @@ class Interrupts:
         return False
 
 
-class _Pass:
-    """One drain: every event goes through :meth:`take`, whichever loop reads the source."""
-
-    __slots__ = ("count", "feeds", "interrupted", "interrupts", "last_run_end", "sinks", "source_error")
-
-    def __init__(self, sinks: tuple[Sink, ...], interrupts: Interrupts | None) -> None:
-        self.sinks = sinks
-        self.feeds = tuple(sink.feed for sink in sinks)  # bound once: this runs per event
-        self.interrupts = interrupts
-        self.count = 0
-        self.last_run_end: Mapping[str, Any] | None = None
-        self.source_error: Exception | None = None
-        self.interrupted = False
-
-    def take(self, event: EventLike) -> None:
-        # _snapshot's common case in line: parsed JSON is copied as it is.
-        wire = event.copy() if type(event) is dict else _snapshot(event)
-        self.count += 1
-        if wire.get("type") == "run:end":
-            self.last_run_end = wire
-        for feed in self.feeds:
-            try:
-                feed(wire)
-            except Exception:  # noqa: BLE001 - sinks never raise by contract; a bug costs one event
-                _log.debug("a sink failed on event %s", self.count, exc_info=True)
-
-    def read_sync(self, events: Iterator[EventLike]) -> None:
-        take, hook = self.take, self.interrupts
-        try:
-            if hook is None:
-                for event in events:
-                    take(event)
-                return
-            while not hook.requested:
-                hook.reading = True
-                item: object = next(events, _END)  # an interrupt raised here leaves ``reading`` set
-                hook.reading = False
-                if item is _END:
-                    return
-                take(item)  # type: ignore[arg-type]
-        except Exception as exc:  # noqa: BLE001 - a broken source ends the stream, not the host
-            self.broke(exc)
-
-    async def read_async(self, events: AsyncIterable[EventLike]) -> None:
-        take, hook = self.take, self.interrupts
-        try:
-            async for event in events:
-                take(event)
-                if hook is not None and hook.requested:
-                    return
-        except Exception as exc:  # noqa: BLE001
-            self.broke(exc)
-
-    def broke(self, exc: Exception) -> None:
-        self.source_error = exc
-        _log.warning("the event stream failed: %s", type(exc).__name__)
-
-    def stopped(self, stop: BaseException) -> None:
-        """An interrupt reached the drain: absorbed, or the sinks are finished and it re-raises."""
-        hook = self.interrupts
-        if hook is not None and hook.absorb(stop):
-            self.interrupted = True
-            return
-        for sink in self.sinks:
-            _finish(sink, stop)
-        raise stop
-
-    def done(self, outcome: RunOutcome | BaseException) -> Drained:
-        if self.interrupts is not None and self.interrupts.requested:
-            self.interrupted = True
-        for sink in self.sinks:
-            _finish(sink, outcome)
-        return Drained(outcome, self.count, self.source_error, self.last_run_end, self.interrupted)
-
-
-_END: Final = object()
-
-
-def _finish(sink: Sink, outcome: RunOutcome | BaseException) -> None:
+async def _read_async(run: DrainPass, events: AsyncIterable[EventLike]) -> None:
+    hook = run.interrupts
     try:
-        sink.finish(outcome)
-    except Exception:  # noqa: BLE001 - a sink's failure never reaches the host
-        _log.debug("%s failed to finish", type(sink).__name__, exc_info=True)
+        async for event in events:
+            run.take(event)
+            if hook is not None and hook.requested:
+                return
+    except Exception as exc:  # noqa: BLE001 - a broken source ends the stream, not the host
+        run.broke(exc)
+
+
+def _stopped(run: DrainPass, stop: BaseException) -> None:
+    """An interrupt reached the drain: absorbed, or the sinks are finished and it re-raises."""
+    hook = run.interrupts
+    if isinstance(hook, Interrupts) and hook.absorb(stop):
+        run.interrupted = True
+        return
+    run.finish_sinks(stop)
+    raise stop
+
+
+def _done(run: DrainPass, outcome: RunOutcome | BaseException) -> Drained:
+    if run.interrupts is not None and run.interrupts.requested:
+        run.interrupted = True
+    run.finish_sinks(outcome)
+    return Drained(outcome, run.count, run.source_error, run.last_run_end, run.interrupted)
 
 
 async def _result(handle: RunHandle) -> RunOutcome | BaseException:
@@ -271,11 +201,11 @@ async def drain(
     """
     if as_sync_handle(handle) and handle.is_sync:
         return drain_run(handle, *sinks, interrupts=interrupts)
-    run = _Pass(sinks, interrupts)
+    run = DrainPass(sinks, interrupts)
     recorded = handle if as_sync_handle(handle) else None
     outcome: RunOutcome | BaseException
     try:
-        await run.read_async(handle.events)
+        await _read_async(run, handle.events)
         if recorded is not None:
             outcome = recorded.outcome_now()
         elif run.source_error is not None and not settle_broken:
@@ -283,9 +213,9 @@ async def drain(
         else:
             outcome = await _result(handle)
     except _interrupts() as stop:
-        run.stopped(stop)
+        _stopped(run, stop)
         outcome = recorded.outcome_now() if recorded is not None else stop
-    return run.done(outcome)
+    return _done(run, outcome)
 
 
 def drain_run(handle: SyncRunHandle, *sinks: Sink, interrupts: Interrupts | None = None) -> Drained:
@@ -293,7 +223,7 @@ def drain_run(handle: SyncRunHandle, *sinks: Sink, interrupts: Interrupts | None
 
     The outcome is the run's as known at the end of what was read (``outcome_now``).
     """
-    return _drain_sync(_Pass(sinks, interrupts), handle.iter_sync(), lambda _: handle.outcome_now())
+    return _drain_sync(DrainPass(sinks, interrupts), handle.iter_sync(), lambda _: handle.outcome_now())
 
 
 def drain_events(
@@ -308,17 +238,17 @@ def drain_events(
     is settled. A source that raises ends the stream as in :func:`drain`.
     """
 
-    def settle(run: _Pass) -> RunOutcome | BaseException:
+    def settle(run: DrainPass) -> RunOutcome | BaseException:
         return outcome if outcome is not None else outcome_from_run_end(run.last_run_end)
 
-    return _drain_sync(_Pass(sinks, interrupts), iter(events), settle)
+    return _drain_sync(DrainPass(sinks, interrupts), iter(events), settle)
 
 
 def _drain_sync(
-    run: _Pass, events: Iterator[EventLike], settle: Callable[[_Pass], RunOutcome | BaseException]
+    run: DrainPass, events: Iterator[EventLike], settle: Callable[[DrainPass], RunOutcome | BaseException]
 ) -> Drained:
     try:
         run.read_sync(events)
     except _interrupts() as stop:
-        run.stopped(stop)
-    return run.done(settle(run))
+        _stopped(run, stop)
+    return _done(run, settle(run))
