@@ -180,26 +180,26 @@ class _MilestoneView(ProgressView):
         self._masker = masker
         self._clock = clock
         self._interval = interval_s
-        self._last_line_at = clock()
+        self._next_line_at = clock() + interval_s  # when a counts line is due
         self._pending: list[Mapping[str, Any]] = []  # events not folded yet (see _FOLD_BATCH)
 
     def _write(self, lines: list[str]) -> None:
         if lines:
             self._stream.write("".join(_cut(line) + "\n" for line in lines))
             self._stream.flush()
-            self._last_line_at = self._clock()
+            self._next_line_at = self._clock() + self._interval
 
     def feed(self, event: Mapping[str, Any]) -> None:
         wire = event if type(event) is dict else as_wire(event)
-        pending = self._pending
         if wire.get("type") in _MILESTONE_KINDS:
             self._settle()
             self._write(self._printer.lines(wire))
         else:
+            pending = self._pending
             pending.append(wire)
             if len(pending) >= _FOLD_BATCH:
                 self._settle()
-        if self._clock() - self._last_line_at >= self._interval:
+        if self._clock() >= self._next_line_at:
             self._write([self.counts_line()])
 
     def _settle(self) -> None:
