@@ -230,6 +230,15 @@ def test_the_equality_and_fold_suites_pass_against_the_compiled_package(
             str(ROOT / "tests" / "test_agent_lifecycle.py"),
             str(ROOT / "tests" / "test_mapper_pairing_and_scopes.py"),
             str(ROOT / "tests" / "test_progress_milestones.py"),
+            str(ROOT / "tests" / "test_progress.py"),
+            # The compiled drain pass, span batches, record limits and request bytes.
+            str(ROOT / "tests" / "test_drain.py"),
+            str(ROOT / "tests" / "test_direct_delivery.py"),
+            str(ROOT / "tests" / "test_record_limits.py"),
+            str(ROOT / "tests" / "test_wire_bytes.py"),
+            # Hostile events through the compiled mapper (typed reads must never raise).
+            str(ROOT / "tests" / "test_robustness.py"),
+            str(ROOT / "tests" / "test_content_never_exported.py"),
         ],
         cwd=tmp_path,
         capture_output=True,

@@ -32,6 +32,7 @@ from rulvar_otel.otel._event_facts import (
 )
 
 __all__ = [
+    "Event",
     "INT64_MAX",
     "INT64_MIN",
     "AttrValue",
@@ -60,6 +61,9 @@ __all__ = [
 AttrValue: TypeAlias = str | bool | int | float | tuple[int | float, ...]
 Attrs: TypeAlias = dict[str, AttrValue]
 Masker: TypeAlias = Callable[[str], str]
+# An event as the mapper holds it (the drain hands over dicts; the mapper copies anything else):
+# compiled, a dict's ``get`` is a direct call where a Mapping's is a method lookup.
+Event: TypeAlias = dict[str, Any]
 
 UNKNOWN: Final = "(unknown)"
 
@@ -161,9 +165,7 @@ def provider_name(adapter_id: str) -> str:
     return sc.GEN_AI_PROVIDER_NAMES.get(adapter_id.lower(), adapter_id)
 
 
-def _model_attributes(
-    event: Mapping[str, Any], mask: Masker, operation: str, *, agent: bool = False
-) -> Attrs:
+def _model_attributes(event: Event, mask: Masker, operation: str, *, agent: bool = False) -> Attrs:
     """What agent and invocation spans share (docs/otel-mapping.md#models-and-providers); with
     ``agent``, an agent span's ``gen_ai.agent.name`` too."""
     # text(), inlined for the common case (a plain string): these run for every opener.
@@ -202,11 +204,11 @@ def scope_span_name(kind: str, event: Mapping[str, Any], mask: Masker) -> str:
     return mask(f"agent {label} {text(event.get('role'), mask)}")
 
 
-def run_span_name(event: Mapping[str, Any], mask: Masker) -> str:
+def run_span_name(event: Event, mask: Masker) -> str:
     return mask("run " + text(event.get("workflow"), mask))
 
 
-def invocation_span_name(event: Mapping[str, Any], mask: Masker) -> str:
+def invocation_span_name(event: Event, mask: Masker) -> str:
     return mask("invocation " + text(event.get("role"), mask))
 
 
@@ -214,11 +216,11 @@ def tool_span_name(masked_tool_name: AttrValue, mask: Masker) -> str:
     return mask(f"tool {masked_tool_name}")
 
 
-def agent_open_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
+def agent_open_attributes(event: Event, mask: Masker) -> Attrs:
     return _model_attributes(event, mask, sc.GEN_AI_OPERATION_INVOKE_AGENT, agent=True)
 
 
-def workflow_open_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
+def workflow_open_attributes(event: Event, mask: Masker) -> Attrs:
     """Run and child-workflow spans: the GenAI conventions' ``invoke_workflow`` operation."""
     out: Attrs = {sc.GEN_AI_OPERATION_NAME: sc.GEN_AI_OPERATION_INVOKE_WORKFLOW}
     workflow = event.get("workflow")
@@ -227,7 +229,7 @@ def workflow_open_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
     return out
 
 
-def invocation_open_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
+def invocation_open_attributes(event: Event, mask: Masker) -> Attrs:
     out = _model_attributes(event, mask, sc.GEN_AI_OPERATION_CHAT)
     invocation = event.get("invocation")
     if _is_number(invocation):
@@ -248,7 +250,7 @@ _CLOSER_STATUS: Final = {
 }
 
 
-def closer_status(event: Mapping[str, Any]) -> str | None:
+def closer_status(event: Event) -> str | None:
     """A closer's status literal as the allow-list permits it (unmasked), or None: a value outside
     its enum is no status (the span is then ERROR with ``error.type = _OTHER``)."""
     entry = _CLOSER_STATUS.get(event.get("type"))  # type: ignore[arg-type]
@@ -265,7 +267,7 @@ def _money(value: object) -> TypeGuard[int | float]:
     return _is_number(value)
 
 
-def _spend(event: Mapping[str, Any], usage_fields: tuple[tuple[str, str], ...] = _USAGE_FIELDS) -> Attrs:
+def _spend(event: Event, usage_fields: tuple[tuple[str, str], ...] = _USAGE_FIELDS) -> Attrs:
     out: Attrs = {}
     _add_usage(out, event.get("usage"), usage_fields)
     cost = event.get("costUsd")
@@ -278,7 +280,7 @@ def _spend(event: Mapping[str, Any], usage_fields: tuple[tuple[str, str], ...] =
     return out
 
 
-def agent_close_attributes(event: Mapping[str, Any], *, had_invocations: bool = False) -> Attrs:
+def agent_close_attributes(event: Event, *, had_invocations: bool = False) -> Attrs:
     """An agent's closing facts; with invocation children, its usage goes out as ``rulvar.usage.*``
     so the tokens are counted once, on the invocations (docs/otel-mapping.md#token-usage-on-one-level).
     """
@@ -294,14 +296,14 @@ def agent_close_attributes(event: Mapping[str, Any], *, had_invocations: bool = 
     return out
 
 
-def invocation_close_attributes(event: Mapping[str, Any]) -> Attrs:
+def invocation_close_attributes(event: Event) -> Attrs:
     out = _spend(event)
     if _is_number(retries := event.get("retries")):
         out[sc.RETRIES] = retries
     return out
 
 
-def tool_open_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
+def tool_open_attributes(event: Event, mask: Masker) -> Attrs:
     tool = event.get("toolName")
     name = mask(tool) if type(tool) is str else text(tool, mask)
     call_id = event.get("toolCallId")
@@ -325,7 +327,7 @@ def _enum_value(value: object, fact: Fact) -> str | None:
     return value if isinstance(value, str) and value in fact.values else None
 
 
-def tool_close_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
+def tool_close_attributes(event: Event, mask: Masker) -> Attrs:
     guard = _enum_value(event.get("guard"), _TOOL_END_FACTS["guard"])
     return {sc.TOOL_GUARD: guard} if guard is not None else {}
 
@@ -366,7 +368,7 @@ def project(value: object, shape: Shape | Fact, mask: Masker) -> object:
     return out
 
 
-def run_close_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
+def run_close_attributes(event: Event, mask: Masker) -> Attrs:
     out: Attrs = {}
     completion = _enum_value(event.get("completion"), _RUN_END_FACTS["completion"])
     if completion is not None:
@@ -436,7 +438,7 @@ def _numbers(value: object) -> tuple[int | float, ...] | None:
     return None
 
 
-def event_attributes(event: Mapping[str, Any], mask: Masker) -> Attrs:
+def event_attributes(event: Event, mask: Masker) -> Attrs:
     """A span event's attributes: ``rulvar.entry_seq`` and the facts its type's allow-list names
     (``_event_facts.EVENT_FACTS``), each only with a value of its kind. Unknown types and fields,
     and values of another kind, export nothing (docs/otel-mapping.md#what-a-span-event-carries)."""

@@ -124,7 +124,7 @@ class SpanMapper:
         self.finished = False
         # The stream's last run:end, whatever became of it: how the run settled, without a result.
         self.last_run_end: Mapping[str, Any] | None = None
-        self._handlers: dict[str, Callable[[Mapping[str, Any], int], None]] = {
+        self._handlers: dict[str, Callable[[ax.Event, int], None]] = {
             "run:start": self._on_run_start,
             "run:end": self._on_run_end,
             "phase:start": partial(self._on_scope_start, PHASE),
@@ -163,34 +163,35 @@ class SpanMapper:
         self.event_count += 1
         self._event_span = None
         try:
-            if self._run_id is None and isinstance(rid := event.get("runId"), str):
+            wire = event if type(event) is dict else dict(event)  # see ax.Event
+            if self._run_id is None and isinstance(rid := wire.get("runId"), str):
                 self._run_id = rid
                 self._masked_run_id = self._mask(rid)
             # The common case inline (a ts seen before); _time handles the rest.
-            ts = event.get("ts")
+            ts = wire.get("ts")
             ns = self._ts_cache.get(ts) if type(ts) is str else None
             if ns is None:
-                ns = self._clock.time(event, self.event_count)
+                ns = self._clock.time(wire, self.event_count)
                 if ns is None:
-                    self._hold_untimed(event)
+                    self._hold_untimed(wire)
                 elif self._untimed:
                     self._release_untimed(ns)
             else:
                 self._clock.last_ns = ns
             if ns is not None:
                 # _map's body in line (one call less per event); _map serves held events.
-                kind = event.get("type")
+                kind = wire.get("type")
                 handler = self._handlers.get(kind) if isinstance(kind, str) else None
                 if handler is None:
-                    self._attach_event(event, ns, kind if isinstance(kind, str) else "(unknown)")
+                    self._attach_event(wire, ns, kind if isinstance(kind, str) else "(unknown)")
                 else:
-                    handler(event, ns)
+                    handler(wire, ns)
                 self._segment_last_ns = ns
         except Exception:  # noqa: BLE001 - a strange event never breaks the host or the export
             self.failed_events += 1
             _log.debug("event %s could not be mapped", self.event_count, exc_info=True)
 
-    def _map(self, event: Mapping[str, Any], ns: int) -> None:
+    def _map(self, event: ax.Event, ns: int) -> None:
         kind = event.get("type")
         handler = self._handlers.get(kind) if isinstance(kind, str) else None
         if handler is None:
@@ -199,7 +200,7 @@ class SpanMapper:
             handler(event, ns)
         self._segment_last_ns = ns
 
-    def _hold_untimed(self, event: Mapping[str, Any]) -> None:
+    def _hold_untimed(self, event: ax.Event) -> None:
         """No usable ts yet: the event waits for the first one (never 1970, never a guess)."""
         self._untimed.append(held_copy(event))
         if len(self._untimed) >= _UNTIMED_LIMIT:
@@ -210,7 +211,7 @@ class SpanMapper:
         self._clock.last_ns = ns
         for event in held:
             try:
-                self._map(event, ns)
+                self._map(event if type(event) is dict else dict(event), ns)
             except Exception:  # noqa: BLE001
                 self.failed_events += 1
                 _log.debug("a held event could not be mapped", exc_info=True)
@@ -248,7 +249,7 @@ class SpanMapper:
         self,
         kind: int,
         name: str,
-        event: Mapping[str, Any],
+        event: ax.Event,
         ns: int,
         parent: MappedSpan | None,
         identity: str,
@@ -357,7 +358,7 @@ class SpanMapper:
 
     # --- lookups --------------------------------------------------------------------------------
 
-    def _parent_for(self, event: Mapping[str, Any], attributes: dict[str, ax.AttrValue]) -> MappedSpan | None:
+    def _parent_for(self, event: ax.Event, attributes: dict[str, ax.AttrValue]) -> MappedSpan | None:
         """Parent of a phase, agent or child span (and of orphaned invocation and tool spans)."""
         parent_id = event.get("parentSpanId")
         if isinstance(parent_id, str):
@@ -374,7 +375,7 @@ class SpanMapper:
             return self._current_run
         return self._first_run if self._first_run is not None else self._anchor
 
-    def _open_by_span_id(self, event: Mapping[str, Any], kind: int) -> MappedSpan | None:
+    def _open_by_span_id(self, event: ax.Event, kind: int) -> MappedSpan | None:
         """The open span of ``kind`` the event's spanId names, for a closer."""
         span_id = event.get("spanId")
         rec = self._by_span_id.get(span_id) if isinstance(span_id, str) else None
@@ -382,7 +383,7 @@ class SpanMapper:
             return None
         return rec
 
-    def _host_for(self, event: Mapping[str, Any]) -> MappedSpan | None:
+    def _host_for(self, event: ax.Event) -> MappedSpan | None:
         span_id = event.get("spanId")
         if isinstance(span_id, str):
             rec = self._by_span_id.get(span_id)
@@ -392,7 +393,7 @@ class SpanMapper:
 
     def _attach_event(
         self,
-        event: Mapping[str, Any],
+        event: ax.Event,
         ns: int,
         name: str,
         host: MappedSpan | None = None,
@@ -414,7 +415,7 @@ class SpanMapper:
             host.events_end = ns
         host.span.add_event(ax.event_name(name, self._mask), attributes=attrs, timestamp=ns)
 
-    def _duplicate_opener(self, existing: MappedSpan, event: Mapping[str, Any], ns: int) -> None:
+    def _duplicate_opener(self, existing: MappedSpan, event: ax.Event, ns: int) -> None:
         """An opener whose span already exists never opens a second one."""
         replayed = event.get("replayed") is True
         if not existing.ended and existing.pending_end is None:
@@ -434,7 +435,7 @@ class SpanMapper:
         # Keep only stranded spans still to be ended at finish (those opened before any run:start).
         self._stranded = [r for r in self._stranded if not r.ended and r.pending_end is None]
 
-    def _on_run_start(self, event: Mapping[str, Any], ns: int) -> None:
+    def _on_run_start(self, event: ax.Event, ns: int) -> None:
         span_id = event.get("spanId")
         key = span_id if isinstance(span_id, str) else None
         if key is not None and (existing := self._by_span_id.get(key)) is not None:
@@ -454,7 +455,7 @@ class SpanMapper:
             self._first_run = rec
         self._current_run = rec
 
-    def _on_run_end(self, event: Mapping[str, Any], ns: int) -> None:
+    def _on_run_end(self, event: ax.Event, ns: int) -> None:
         self.last_run_end = event
         rec = self._open_by_span_id(event, RUN)
         if rec is None:
@@ -475,7 +476,7 @@ class SpanMapper:
             # Everything still open waits with the run: it ends here, UNSET, once and for all.
             end_at_suspension((*self._stranded, *self._open), self._phases, ns, self._end)
 
-    def _on_agent_start(self, event: Mapping[str, Any], ns: int) -> None:
+    def _on_agent_start(self, event: ax.Event, ns: int) -> None:
         """agent:start pairs through the shared lifecycle; its span is the record's payload."""
         span_id = event.get("spanId")
         agent = self._agents.start(event)
@@ -492,7 +493,7 @@ class SpanMapper:
         else:  # the repeat of a closed opener without a spanId: no span to mark
             self._attach_event(event, ns, "agent:start", replayed=event.get("replayed") is True)
 
-    def _on_scope_start(self, kind: int, event: Mapping[str, Any], ns: int) -> None:
+    def _on_scope_start(self, kind: int, event: ax.Event, ns: int) -> None:
         """phase:start and child:start: an opener whose spanId has a span already opens nothing."""
         span_id = event.get("spanId")
         if isinstance(span_id, str) and (existing := self._by_span_id.get(span_id)) is not None:
@@ -500,7 +501,7 @@ class SpanMapper:
         else:
             self._open_scope(kind, event, ns)
 
-    def _open_scope(self, kind: int, event: Mapping[str, Any], ns: int) -> MappedSpan:
+    def _open_scope(self, kind: int, event: ax.Event, ns: int) -> MappedSpan:
         """A phase, child or agent span keyed by its spanId, parented by its parentSpanId."""
         span_id = event.get("spanId")
         key = span_id if isinstance(span_id, str) else None
@@ -520,14 +521,14 @@ class SpanMapper:
                 self._phases.append(rec)
         return rec
 
-    def _on_child_end(self, event: Mapping[str, Any], ns: int) -> None:
+    def _on_child_end(self, event: ax.Event, ns: int) -> None:
         rec = self._open_by_span_id(event, CHILD)
         if rec is None:
             self._attach_event(event, ns, "child:end")
             return
         self._close(rec, ns, {}, ax.closer_status(event))
 
-    def _on_agent_end(self, event: Mapping[str, Any], ns: int) -> None:
+    def _on_agent_end(self, event: ax.Event, ns: int) -> None:
         agent = self._agents.end(event)
         rec = agent.payload if agent is not None else None
         # Paired, but its span may have ended already: as a leftover of an earlier segment.
@@ -537,15 +538,13 @@ class SpanMapper:
         attrs = ax.agent_close_attributes(event, had_invocations=rec.has_invocations)
         self._close(rec, ns, attrs, ax.closer_status(event), error_source=event)
 
-    def _owner(
-        self, span_id: object, event: Mapping[str, Any], attrs: dict[str, ax.AttrValue]
-    ) -> MappedSpan | None:
+    def _owner(self, span_id: object, event: ax.Event, attrs: dict[str, ax.AttrValue]) -> MappedSpan | None:
         """Invocation and tool spans hang off the span keyed by their spanId (the agent)."""
         if isinstance(span_id, str) and (rec := self._by_span_id.get(span_id)) is not None:
             return rec
         return self._parent_for(event, attrs)
 
-    def _on_invocation_start(self, event: Mapping[str, Any], ns: int) -> None:
+    def _on_invocation_start(self, event: ax.Event, ns: int) -> None:
         span_id = event.get("spanId")
         key = (span_id if isinstance(span_id, str) else "", hashable(event.get("invocation")))
         if (existing := self._invocations.get(key)) is not None:
@@ -560,7 +559,7 @@ class SpanMapper:
         if parent is not None and parent.kind == AGENT:
             parent.has_invocations = True
 
-    def _on_invocation_end(self, event: Mapping[str, Any], ns: int) -> None:
+    def _on_invocation_end(self, event: ax.Event, ns: int) -> None:
         span_id = event.get("spanId")
         key = (span_id if isinstance(span_id, str) else "", hashable(event.get("invocation")))
         rec = self._invocations.get(key)
@@ -572,7 +571,7 @@ class SpanMapper:
         )
         self._invocations[key] = ENDED_INVOCATION
 
-    def _on_tool_start(self, event: Mapping[str, Any], ns: int) -> None:
+    def _on_tool_start(self, event: ax.Event, ns: int) -> None:
         owner_key, id_key = tool_keys(event)
         if id_key is not None:
             existing = self._tools.by_id(id_key)
@@ -588,7 +587,7 @@ class SpanMapper:
         rec = self._start(TOOL, ax.tool_span_name(tool_name, self._mask), event, ns, parent, identity, attrs)
         self._tools.opened(rec, owner_key, id_key, event)
 
-    def _on_tool_end(self, event: Mapping[str, Any], ns: int) -> None:
+    def _on_tool_end(self, event: ax.Event, ns: int) -> None:
         rec = self._tools.closing(event)
         if rec is None:
             self._attach_event(event, ns, "tool:end")

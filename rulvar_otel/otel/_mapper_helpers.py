@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import NoOpTracer, Tracer
 
 from rulvar_otel.otel import semconv as sc
-from rulvar_otel.otel._attributes import INT64_MAX, INT64_MIN, AttrValue
+from rulvar_otel.otel._attributes import INT64_MAX, INT64_MIN, AttrValue, Event
 
 __all__ = [
     "envelope_attributes",
@@ -80,12 +80,12 @@ def hashable(value: object) -> object:
     return value if isinstance(value, _SCALARS) or value is None else repr(value)
 
 
-def ignore_event(event: Mapping[str, Any], ns: int) -> None:
+def ignore_event(event: Event, ns: int) -> None:
     """Stream deltas are content: they never become span events."""
 
 
 def envelope_attributes(
-    run_id: str | None, event: Mapping[str, Any], attributes: dict[str, AttrValue], mask: Callable[[str], str]
+    run_id: str | None, event: Event, attributes: dict[str, AttrValue], mask: Callable[[str], str]
 ) -> dict[str, AttrValue]:
     """A new span's envelope attributes (run id, entry seq, scope, replayed), then its kind's."""
     seq = event.get("seq")

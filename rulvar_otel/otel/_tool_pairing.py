@@ -8,15 +8,14 @@ span state machine (``_mapper``) asks it and never reads the indexes itself.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
-from typing import Any
 
+from rulvar_otel.otel._attributes import Event
 from rulvar_otel.otel._span_state import MappedSpan
 
 __all__ = ["ToolPairing", "tool_keys"]
 
 
-def tool_keys(event: Mapping[str, Any]) -> tuple[str, tuple[str, str] | None]:
+def tool_keys(event: Event) -> tuple[str, tuple[str, str] | None]:
     """``(owner key, (owner, toolCallId) or None)`` of a tool event."""
     span_id = event.get("spanId")
     owner_key = span_id if isinstance(span_id, str) else ""
@@ -24,7 +23,7 @@ def tool_keys(event: Mapping[str, Any]) -> tuple[str, tuple[str, str] | None]:
     return owner_key, ((owner_key, call_id) if isinstance(call_id, str) else None)
 
 
-def _fifo_key(owner_key: str, event: Mapping[str, Any]) -> tuple[str, str]:
+def _fifo_key(owner_key: str, event: Event) -> tuple[str, str]:
     raw_name = event.get("toolName")
     return owner_key, raw_name if isinstance(raw_name, str) else ""
 
@@ -49,16 +48,14 @@ class ToolPairing:
         self._ordinal += 1
         return f"tool:{owner_key}:#{self._ordinal}"
 
-    def opened(
-        self, rec: MappedSpan, owner_key: str, id_key: tuple[str, str] | None, event: Mapping[str, Any]
-    ) -> None:
+    def opened(self, rec: MappedSpan, owner_key: str, id_key: tuple[str, str] | None, event: Event) -> None:
         """Index a new tool span under the keys :func:`tool_keys` gave for its start."""
         if id_key is not None:
             self._by_id[id_key] = rec
         else:
             self._fifo.setdefault(_fifo_key(owner_key, event), deque()).append(rec)
 
-    def closing(self, event: Mapping[str, Any]) -> MappedSpan | None:
+    def closing(self, event: Event) -> MappedSpan | None:
         """The open span a ``tool:end`` closes, taken out of the indexes (None: an orphan end)."""
         owner_key, id_key = tool_keys(event)
         rec: MappedSpan | None = None
