@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 from rulvar_otel.core._outcome import EventLike, RunOutcome, as_wire, is_event_model
 
@@ -31,7 +31,7 @@ class _Hook(Protocol):
     reading: bool
 
 
-def snapshot(event: EventLike) -> Mapping[str, Any]:
+def snapshot(event: EventLike) -> dict[str, Any]:
     """The event's wire form as it is now, owned by the drain.
 
     Sinks keep events past ``feed`` (metrics batches, agents waiting for their end, events
@@ -39,9 +39,12 @@ def snapshot(event: EventLike) -> Mapping[str, Any]:
     event: the top level is copied as it is read (nested values are not, for speed).
     """
     if type(event) is dict:  # parsed JSON: skip the Mapping ABC check on the hot path
-        return event.copy()
+        parsed: dict[str, Any] = event
+        return parsed.copy()
     wire = as_wire(event)
-    return wire if is_event_model(event) else dict(wire)  # a model's dump is already a copy
+    if type(wire) is dict and is_event_model(event):
+        return cast("dict[str, Any]", wire)  # a model's dump is already a copy
+    return dict(wire)
 
 
 class DrainPass:

@@ -252,24 +252,25 @@ class JsonlEventSource:
                 if type(obj) is not dict:
                     self._report(line_number, f"expected a JSON object, got {_type_name(obj)}")
                     continue
+                event: dict[str, Any] = obj  # compiled, its reads below are direct dict lookups
                 # check_envelope's fast path, inlined (a call per line is a measurable share of
                 # the read); anything else takes the loop that decides and words the defect.
                 if (
                     not (
-                        type(obj.get("runId")) is str
-                        and type(obj.get("seq")) is int
-                        and type(obj.get("ts")) is str
-                        and type(obj.get("spanId")) is str
-                        and type(obj.get("type")) is str
-                        and ((parent := obj.get("parentSpanId")) is None or type(parent) is str)
-                        and ((replayed := obj.get("replayed")) is None or type(replayed) is bool)
+                        type(event.get("runId")) is str
+                        and type(event.get("seq")) is int
+                        and type(event.get("ts")) is str
+                        and type(event.get("spanId")) is str
+                        and type(event.get("type")) is str
+                        and ((parent := event.get("parentSpanId")) is None or type(parent) is str)
+                        and ((replayed := event.get("replayed")) is None or type(replayed) is bool)
                     )
-                    and (defect := _envelope_defect(obj)) is not None
+                    and (defect := _envelope_defect(event)) is not None
                 ):
                     self._report(line_number, defect)
                     continue
                 self.events_read += 1
-                yield obj
+                yield event
         except OSError as exc:
             raise SourceError(f"cannot read {self.name}: {exc.strerror or exc}") from exc
         except UnicodeDecodeError as exc:
