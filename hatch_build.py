@@ -43,6 +43,7 @@ COMPILED = (
     "rulvar_otel/otel/_runs.py",
     "rulvar_otel/otel/_span_batches.py",
     "rulvar_otel/core/_drain_pass.py",
+    "rulvar_otel/core/_run_record.py",
 )
 
 # Exit codes of the build script below that mean "this machine cannot compile" (fall back).

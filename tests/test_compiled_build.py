@@ -231,8 +231,9 @@ def test_the_equality_and_fold_suites_pass_against_the_compiled_package(
             str(ROOT / "tests" / "test_mapper_pairing_and_scopes.py"),
             str(ROOT / "tests" / "test_progress_milestones.py"),
             str(ROOT / "tests" / "test_progress.py"),
-            # The compiled drain pass, span batches, record limits and request bytes.
+            # The compiled drain pass, run record, span batches, record limits and request bytes.
             str(ROOT / "tests" / "test_drain.py"),
+            str(ROOT / "tests" / "test_run_source.py"),
             str(ROOT / "tests" / "test_direct_delivery.py"),
             str(ROOT / "tests" / "test_record_limits.py"),
             str(ROOT / "tests" / "test_wire_bytes.py"),

@@ -17,6 +17,8 @@ import logging
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeGuard, runtime_checkable
 
+from rulvar_otel.core._run_record import RecordingReader, RunRecord, kind_and_run_id
+
 if TYPE_CHECKING:
     from asyncio import Lock
 
@@ -136,16 +138,6 @@ def as_sync_handle(handle: object) -> TypeGuard[SyncRunHandle]:
     return all(getattr(cls, name, None) is not None for name in _SYNC_MEMBERS)
 
 
-def _kind_and_run_id(event: object) -> tuple[str | None, object]:
-    if isinstance(event, Mapping):
-        kind = event.get("type")
-        return (kind if isinstance(kind, str) else None), event.get("runId")
-    from rulvar_otel.core._outcome import event_field
-
-    kind = event_field(event, "type")  # type: ignore[arg-type]
-    return (kind if isinstance(kind, str) else None), event_field(event, "runId")  # type: ignore[arg-type]
-
-
 class RecordedRun:
     """A :class:`~rulvar_otel.core.handle.RunHandle` over a recorded stream.
 
@@ -181,14 +173,13 @@ class RecordedRun:
 
             outcome = RunOutcome.model_validate(outcome)
         self._outcome: RunOutcome | BaseException | None = outcome
-        self._run_id = run_id
-        self._buffer: list[EventLike] | None = [] if buffered else None
         self._peeked: object = _NOTHING
         self._done = False
         self._claimed = False
         self._lock: Lock | None = None
         self._listeners = Listeners()
-        self.last_run_end: Mapping[str, Any] | None = None
+        # The run id, the buffer and the last run:end, kept as each event is read.
+        self._rec = RunRecord(run_id, buffered, self._listeners)
 
     # -- what the run is ------------------------------------------------------------------------
 
@@ -199,15 +190,15 @@ class RecordedRun:
 
     @property
     def buffered(self) -> bool:
-        return self._buffer is not None
+        return self._rec.buffer is not None
 
     @property
     def run_id(self) -> str:
-        claimed = self._claimed and self._buffer is None  # an unbuffered stream being read
-        unread = self._peeked is _NOTHING and not (claimed or self._buffer or self._done)
-        if self._run_id is None and self._sync is not None and unread:
+        claimed = self._claimed and self._rec.buffer is None  # an unbuffered stream being read
+        unread = self._peeked is _NOTHING and not (claimed or self._rec.buffer or self._done)
+        if self._rec.run_id is None and self._sync is not None and unread:
             self._peek()
-        return self._run_id or ""
+        return self._rec.run_id or ""
 
     def _peek(self) -> None:
         assert self._sync is not None
@@ -216,10 +207,10 @@ class RecordedRun:
             self._done = True
             return
         self._peeked = first
-        if self._run_id is None:
-            rid = _kind_and_run_id(first)[1]
+        if self._rec.run_id is None:
+            rid = kind_and_run_id(first)[1]
             if isinstance(rid, str):
-                self._run_id = rid
+                self._rec.run_id = rid
 
     @property
     def given_outcome(self) -> RunOutcome | BaseException | None:
@@ -239,7 +230,7 @@ class RecordedRun:
         return self._result()
 
     async def _result(self) -> RunOutcome:
-        if self._outcome is None and self._buffer is not None:
+        if self._outcome is None and self._rec.buffer is not None:
             while await self._pull():
                 pass
         outcome = self.outcome_now()
@@ -253,25 +244,10 @@ class RecordedRun:
 
     # -- reading ----------------------------------------------------------------------------------
 
-    def _record(self, event: EventLike) -> None:
-        if self._buffer is not None:
-            self._buffer.append(event)
-        if type(event) is dict:  # parsed JSON: the common case, read without a call
-            kind = event.get("type")
-            kind, rid = (kind if isinstance(kind, str) else None), event.get("runId")
-        else:
-            kind, rid = _kind_and_run_id(event)
-        if self._run_id is None and isinstance(rid, str):
-            self._run_id = rid
-        if kind == "run:end":
-            if isinstance(event, Mapping):
-                self.last_run_end = event
-            else:
-                from rulvar_otel.core._outcome import as_wire
-
-                self.last_run_end = as_wire(event)
-        if self._listeners.registered:
-            self._listeners.dispatch(event, kind)
+    @property
+    def last_run_end(self) -> Mapping[str, Any] | None:
+        """The last ``run:end`` read (its wire form)."""
+        return self._rec.last_run_end
 
     def _next_sync(self) -> object:
         """The next event of the sync source (the peeked one first), recorded; ``_NOTHING`` at its end."""
@@ -286,7 +262,7 @@ class RecordedRun:
                 return _NOTHING
         else:
             self._peeked = _NOTHING
-        self._record(event)  # type: ignore[arg-type]
+        self._rec.record(event)  # type: ignore[arg-type]
         return event
 
     async def _pull(self) -> bool:
@@ -304,14 +280,14 @@ class RecordedRun:
                 assert self._async_source is not None
                 self._async = aiter(self._async_source)
             try:
-                self._record(await anext(self._async))
+                self._rec.record(await anext(self._async))
             except StopAsyncIteration:
                 self._done = True
                 return False
             return True
 
     def _claim(self) -> None:
-        if self._buffer is None and self._claimed:
+        if self._rec.buffer is None and self._claimed:
             from rulvar_otel.errors import SourceError
 
             raise SourceError("a streamed run can be iterated only once")
@@ -322,26 +298,29 @@ class RecordedRun:
         if self._sync is None:
             raise TypeError("this run wraps an async source; iterate run.events instead")
         self._claim()
-        return self._iter_sync() if self._buffer is not None else self._iter_unbuffered()
+        return self._iter_sync() if self._rec.buffer is not None else self._iter_unbuffered()
 
     def _iter_unbuffered(self) -> Iterator[EventLike]:
         """An unbuffered stream read once (an export): past a peeked first event, each event is
         recorded as it is read, without ``_next_sync``'s peek and end checks."""
+        assert self._sync is not None
         if self._peeked is not _NOTHING or self._done:
-            event = self._next_sync()
-            if event is _NOTHING:
-                return
-            yield event  # type: ignore[misc]
-        source = self._sync
-        assert source is not None
-        record = self._record
-        for event in source:
-            record(event)
-            yield event
+            return self._peeked_first()
+        return RecordingReader(self._sync, self._rec, self._mark_done)
+
+    def _peeked_first(self) -> Iterator[EventLike]:
+        event = self._next_sync()
+        if event is _NOTHING:
+            return
+        yield event  # type: ignore[misc]
+        assert self._sync is not None
+        yield from RecordingReader(self._sync, self._rec, self._mark_done)
+
+    def _mark_done(self) -> None:
         self._done = True
 
     def _iter_sync(self) -> Iterator[EventLike]:
-        buffer = self._buffer
+        buffer = self._rec.buffer
         index = 0
         while True:
             if buffer is not None and index < len(buffer):
@@ -364,11 +343,11 @@ class RecordedRun:
             for event in self._iter_sync():
                 yield event
             return
-        buffer = self._buffer
+        buffer = self._rec.buffer
         if buffer is None:
             assert self._async_source is not None
             async for event in self._async_source:
-                self._record(event)
+                self._rec.record(event)
                 yield event
             self._done = True
             return
