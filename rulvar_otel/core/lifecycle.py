@@ -100,7 +100,7 @@ class AgentLifecycle(Generic[P]):
     def start(self, event: Mapping[str, Any]) -> AgentSpan[P] | None:
         """Open the span an ``agent:start`` names; ``None`` for a repeat of an opened one."""
         span_id = event.get("spanId")
-        key = span_id if span_id.__class__ is str or isinstance(span_id, str) else ""
+        key = span_id if isinstance(span_id, str) else ""
         if key in self._open or key in self._closed:
             return None
         record: AgentSpan[P] = AgentSpan(key, event)
@@ -110,7 +110,7 @@ class AgentLifecycle(Generic[P]):
     def end(self, event: Mapping[str, Any]) -> AgentSpan[P] | None:
         """Close the open span an ``agent:end`` names; the record its start made, or ``None``."""
         span_id = event.get("spanId")
-        key = span_id if span_id.__class__ is str or isinstance(span_id, str) else ""
+        key = span_id if isinstance(span_id, str) else ""
         record = self._open.pop(key, None)
         if record is not None:
             record.open = False

@@ -55,14 +55,14 @@ def as_str(value: object) -> str | None:
 
 def as_int(value: object) -> int | None:
     """``value`` when it is an int (a bool is not)."""
-    if value.__class__ is int:
+    if type(value) is int:
         return value  # type: ignore[return-value]
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def as_number(value: object) -> float | None:
     """``value`` as a float when it is a finite int or float (a bool is not a number)."""
-    cls = value.__class__
+    cls = type(value)
     if (
         cls is not float
         and cls is not int

@@ -69,9 +69,6 @@ _VALUE_TAG: Final = _tag(_KeyValue, "value")
 _STRING_VALUE_TAG: Final = _tag(_AnyValue, "string_value")
 _INT_VALUE_TAG: Final = _varint(_AnyValue.DESCRIPTOR.fields_by_name["int_value"].number << 3)  # varint
 _DOUBLE_VALUE_TAG: Final = _varint(_AnyValue.DESCRIPTOR.fields_by_name["double_value"].number << 3 | 1)
-_INT64_MIN: Final = -(2**63)
-_INT64_MAX: Final = 2**63 - 1
-_UINT64_RANGE: Final = 2**64
 _pack_double: Final = struct.Struct("<d").pack
 
 # Length prefixes up to this size are memoised (one or two varint bytes; spans and attributes
@@ -81,7 +78,7 @@ _LENGTHS: Final[dict[int, bytes]] = {}
 
 
 def _any_value(value: Any) -> dict[str, Any]:
-    cls = value.__class__
+    cls = type(value)
     if cls is str:
         return {"string_value": value}
     if cls is bool:
@@ -110,7 +107,7 @@ def _value_bytes(value: Any, message: Any) -> bytes:
     ``message`` is an ``AnyValue`` reused for scalars: setting one member of its ``value`` oneof
     clears the others, so it serializes exactly as a new message would.
     """
-    cls = value.__class__
+    cls = type(value)
     if cls is str:
         text: str = value
         try:
@@ -123,11 +120,10 @@ def _value_bytes(value: Any, message: Any) -> bytes:
             return _STRING_VALUE_TAG + _length(len(data)) + data
     elif cls is int:
         number: int = value
-        if _INT64_MIN <= number <= _INT64_MAX:
-            # Field 3, an int64 varint (a negative one as its 64-bit two's complement); small
-            # ones come from the memoised length prefixes, the same varints.
-            return _INT_VALUE_TAG + _length(number if number >= 0 else number + _UINT64_RANGE)
-        message.int_value = value  # protobuf refuses it, as it always did
+        if 0 <= number < _LENGTH_MEMO_LIMIT:
+            # Field 3, an int64 varint: a small one is a memoised length prefix (the same varint).
+            return _INT_VALUE_TAG + _length(number)
+        message.int_value = value  # protobuf serializes the rest (and refuses what int64 cannot hold)
     elif cls is float:
         # Field 4, a double: its eight IEEE 754 bytes, little-endian.
         return _DOUBLE_VALUE_TAG + _pack_double(value)
@@ -229,7 +225,7 @@ def _attributes(attributes: Mapping[str, Any], fields: AttributeFields, memo: Wi
     ints = fields.ints
     for key, value in attributes.items():
         # Strings and ints are remembered apart (1, 1.0 and True are equal dict keys).
-        cls = value.__class__
+        cls = type(value)
         field: bytes | None = None
         if cls is str:
             by_string = strings.get(key)
@@ -249,7 +245,7 @@ def _missed(key: str, value: Any, fields: AttributeFields, memo: WireMemo) -> by
     field = _attribute_field(key, value, fields.tag, memo)
     if key in UNIQUE_VALUE_KEYS:
         return field  # one value per span: kept, it would only push the repeating ones out
-    cls = value.__class__
+    cls = type(value)
     if cls is str or cls is int:
         if fields.count >= _MEMO_LIMIT:
             fields.strings.clear()
