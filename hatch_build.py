@@ -22,8 +22,9 @@ from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-# The hot path of a mapping (event -> span records -> OTLP request) and the per-event helpers it
-# calls; the rest of the package stays interpreted (little time is spent there).
+# The per-event path: the JSONL read, a recorded run's record, the drain's pass, the run router,
+# the mapper (event -> span records -> OTLP request) and its helpers, the direct sink's batching
+# and the progress fold; the rest of the package stays interpreted (little time is spent there).
 COMPILED = (
     "rulvar_otel/otel/_mapper.py",
     "rulvar_otel/otel/_mapper_helpers.py",
