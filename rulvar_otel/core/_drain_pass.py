@@ -20,6 +20,8 @@ _log = logging.getLogger("rulvar_otel")
 _END: Final = object()
 
 
+# drain.Sink's shape, without its runtime_checkable (a compiled module cannot hold one; drain
+# imports this module, so it cannot import drain's).
 class _Sink(Protocol):
     def feed(self, event: Mapping[str, Any]) -> None: ...
 

@@ -30,7 +30,7 @@ from rulvar_otel.core._progress_rows import (
 from rulvar_otel.core.handle import EventLike, RunOutcome
 from rulvar_otel.core.lifecycle import AgentLifecycle
 from rulvar_otel.core.masking import SecretMasker, default_masker
-from rulvar_otel.core.wire import as_int, as_number, as_str, ts_seconds
+from rulvar_otel.core.wire import WireEvent, as_int, as_number, as_str, ts_seconds
 
 __all__ = [
     "AgentRow",
@@ -49,10 +49,6 @@ __all__ = [
 _FAILED_TOOL: Final = ("error", "denied")
 # Distinct texts whose clean form is remembered; past this the memo starts over.
 _CLEAN_MEMO_LIMIT: Final = 4096
-
-
-# The wire form the fold reads: compiled, a dict's ``get`` is a direct call, a Mapping's a method lookup.
-Wire = dict[str, Any]
 
 
 class ProgressState:
@@ -128,7 +124,7 @@ class ProgressState:
         name = label or agent_type or "(anon)"  # as the span name says it
         return self.clean(name)
 
-    def _agent(self, wire: Wire, span_id: str) -> AgentRow:
+    def _agent(self, wire: WireEvent, span_id: str) -> AgentRow:
         row = self.agents.get(span_id)
         if row is None:
             row = AgentRow(span_id, as_str(wire.get("parentSpanId")), self.agent_name(wire))
@@ -165,7 +161,7 @@ class ProgressState:
         count = calls = failures = 0
         try:
             for event in events:
-                wire: Wire = event if type(event) is dict else as_wire_dict(event)  # type: ignore[assignment]
+                wire: WireEvent = event if type(event) is dict else as_wire_dict(event)  # type: ignore[assignment]
                 count += 1
                 span = wire.get("spanId")
                 if seen is not None and type(span) is str:
@@ -199,7 +195,7 @@ class ProgressState:
 
     # -- handlers ------------------------------------------------------------------------------
 
-    def _run_start(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
+    def _run_start(self, wire: WireEvent, span_id: str, ts: float | None, replayed: bool) -> None:
         self.segments += 1
         if isinstance(wire.get("workflow"), str):
             self.workflow = self.clean(wire["workflow"])
@@ -208,7 +204,7 @@ class ProgressState:
         self.status = "running"
         self.ended_at = None
 
-    def _run_end(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
+    def _run_end(self, wire: WireEvent, span_id: str, ts: float | None, replayed: bool) -> None:
         status = as_str(wire.get("status"))
         self.status = self.clean(status) if status else "unknown"
         completion = as_str(wire.get("completion"))
@@ -225,13 +221,13 @@ class ProgressState:
                     row.status = "unsettled"
                     row.ended_at = ts
 
-    def _phase_start(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
+    def _phase_start(self, wire: WireEvent, span_id: str, ts: float | None, replayed: bool) -> None:
         name = as_str(wire.get("phase"))
         self.phases[span_id] = PhaseRow(
             span_id, self.clean(name) if name is not None else "phase", as_str(wire.get("parentSpanId")), ts
         )
 
-    def _budget(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
+    def _budget(self, wire: WireEvent, span_id: str, ts: float | None, replayed: bool) -> None:
         spent = as_number(wire.get("spentUsd"))
         remaining = as_number(wire.get("remainingUsd"))
         if spent is not None:
@@ -244,13 +240,13 @@ class ProgressState:
                 spent + remaining if self.ceiling_usd is None else max(self.ceiling_usd, spent + remaining)
             )
 
-    def _agent_queued(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
+    def _agent_queued(self, wire: WireEvent, span_id: str, ts: float | None, replayed: bool) -> None:
         row = self._agent(wire, span_id)
         if row.started_at is None:
             row.status = "queued"
         row.replayed = row.replayed or replayed
 
-    def _agent_start(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
+    def _agent_start(self, wire: WireEvent, span_id: str, ts: float | None, replayed: bool) -> None:
         if self._lifecycle.start(wire) is None:
             return  # a re-emitted or legacy repeat of its opener never restarts the row
         row = self._agent(wire, span_id)
@@ -264,7 +260,7 @@ class ProgressState:
         row.role = self.clean(role) if role else None
         row.replayed = replayed
 
-    def _phase_open(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
+    def _phase_open(self, wire: WireEvent, span_id: str, ts: float | None, replayed: bool) -> None:
         row = self._agent(wire, span_id)
         role = as_str(wire.get("role"))
         invocation = as_int(wire.get("invocation"))
@@ -274,7 +270,7 @@ class ProgressState:
         if invocation is not None:
             row.open_phases[invocation] = clean_role
 
-    def _phase_close(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
+    def _phase_close(self, wire: WireEvent, span_id: str, ts: float | None, replayed: bool) -> None:
         row = self._agent(wire, span_id)
         role = as_str(wire.get("role"))
         clean_role = self.clean(role) if role else "phase"
@@ -294,7 +290,7 @@ class ProgressState:
             row.cost_usd = (row.cost_usd or 0.0) + cost
         row.active_role = next(reversed(row.open_phases.values()), None) if row.open_phases else None
 
-    def _agent_end(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
+    def _agent_end(self, wire: WireEvent, span_id: str, ts: float | None, replayed: bool) -> None:
         if self._lifecycle.end(wire) is None and self._lifecycle.closed(span_id):
             return  # a repeated closer: the row already shows the span's end
         # An end without a start still shows what it says (a view attached mid-run sees these).
@@ -320,35 +316,35 @@ class ProgressState:
         row.retrying = False
         self.waiting.pop(span_id, None)
 
-    def _agent_error(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
+    def _agent_error(self, wire: WireEvent, span_id: str, ts: float | None, replayed: bool) -> None:
         row = self._agent(wire, span_id)
         error = wire.get("error")
         if isinstance(error, Mapping) and isinstance(error.get("code"), str):
             row.error_code = self.clean(error["code"])
         row.retrying = wire.get("willRetry") is True
 
-    def _agent_stream(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
+    def _agent_stream(self, wire: WireEvent, span_id: str, ts: float | None, replayed: bool) -> None:
         delta = wire.get("delta")
         if isinstance(delta, str) and span_id in self.agents:
             self.agents[span_id].stream_chars += len(delta)
 
-    def _quota(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
+    def _quota(self, wire: WireEvent, span_id: str, ts: float | None, replayed: bool) -> None:
         self.quota_denials += 1
 
-    def _tool_start(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
+    def _tool_start(self, wire: WireEvent, span_id: str, ts: float | None, replayed: bool) -> None:
         self.tool_calls += 1
         name = as_str(wire.get("toolName"))
         if span_id in self.agents:
             self.agents[span_id].current_tool = self.clean(name) if name else "tool"
 
-    def _tool_end(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
+    def _tool_end(self, wire: WireEvent, span_id: str, ts: float | None, replayed: bool) -> None:
         if wire.get("outcome") in _FAILED_TOOL:
             self.tool_failures += 1
         if span_id in self.agents:
             self.agents[span_id].current_tool = None
         self.waiting.pop(span_id, None)
 
-    def _child_start(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
+    def _child_start(self, wire: WireEvent, span_id: str, ts: float | None, replayed: bool) -> None:
         workflow = as_str(wire.get("workflow"))
         scope = as_str(wire.get("scope"))
         self.children[span_id] = ChildRow(
@@ -359,7 +355,7 @@ class ProgressState:
             started_at=ts,
         )
 
-    def _child_end(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
+    def _child_end(self, wire: WireEvent, span_id: str, ts: float | None, replayed: bool) -> None:
         row = self.children.get(span_id)
         if row is None:
             self._child_start(wire, span_id, ts, replayed)
@@ -368,24 +364,24 @@ class ProgressState:
         row.status = self.clean(status) if status else "unknown"
         row.ended_at = ts
 
-    def _external(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
+    def _external(self, wire: WireEvent, span_id: str, ts: float | None, replayed: bool) -> None:
         key = as_str(wire.get("key"))
         self.waiting[span_id] = "external " + (self.clean(key) if key else "?")
 
-    def _approval(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
+    def _approval(self, wire: WireEvent, span_id: str, ts: float | None, replayed: bool) -> None:
         tool = as_str(wire.get("toolName"))
         self.waiting[span_id] = "approval " + (self.clean(tool) if tool else "?")
 
-    def _log(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
+    def _log(self, wire: WireEvent, span_id: str, ts: float | None, replayed: bool) -> None:
         if wire.get("level") in ("warn", "error"):
             self.warnings += 1
 
     # -- the summary-only fold's cheaper forms -------------------------------------------------
 
-    def _touch_agent(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
+    def _touch_agent(self, wire: WireEvent, span_id: str, ts: float | None, replayed: bool) -> None:
         self._agent(wire, span_id)  # the row exists (and counts) as the full fold would make it
 
-    def _phase_close_counts(self, wire: Wire, span_id: str, ts: float | None, replayed: bool) -> None:
+    def _phase_close_counts(self, wire: WireEvent, span_id: str, ts: float | None, replayed: bool) -> None:
         row = self._agent(wire, span_id)
         if row.done:
             return

@@ -14,12 +14,16 @@ package, so the event model and any layer can use it.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Final
+from typing import Any, Final, TypeAlias
 
-__all__ = ["ENVELOPE_FIELDS", "as_int", "as_number", "as_str", "ts_ns", "ts_seconds"]
+__all__ = ["ENVELOPE_FIELDS", "WireEvent", "as_int", "as_number", "as_str", "ts_ns", "ts_seconds"]
 
 # The envelope every event carries (some optional): never content, never a span event attribute.
 ENVELOPE_FIELDS: Final = frozenset({"runId", "seq", "ts", "spanId", "parentSpanId", "replayed", "type"})
+
+# An event's wire form as the folds hold it (the drain hands over dicts): compiled, a dict's
+# ``get`` is a direct lookup where a ``Mapping``'s is a method call.
+WireEvent: TypeAlias = dict[str, Any]
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 

@@ -15,6 +15,7 @@ from typing import Any, Final, TypeAlias, TypeGuard
 
 import orjson
 
+from rulvar_otel.core.wire import WireEvent
 from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel._event_facts import (
     ENUM_KIND,
@@ -61,9 +62,8 @@ __all__ = [
 AttrValue: TypeAlias = str | bool | int | float | tuple[int | float, ...]
 Attrs: TypeAlias = dict[str, AttrValue]
 Masker: TypeAlias = Callable[[str], str]
-# An event as the mapper holds it (the drain hands over dicts; the mapper copies anything else):
-# compiled, a dict's ``get`` is a direct call where a Mapping's is a method lookup.
-Event: TypeAlias = dict[str, Any]
+# An event as the mapper holds it (the mapper copies any mapping that is not a dict).
+Event: TypeAlias = WireEvent
 
 UNKNOWN: Final = "(unknown)"
 

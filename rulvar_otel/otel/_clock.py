@@ -94,7 +94,7 @@ def export_time_ns(untimed: int) -> int:
     return time.time_ns()
 
 
-def held_copy(event: Mapping[str, Any]) -> Mapping[str, Any]:
+def held_copy(event: Mapping[str, Any]) -> dict[str, Any]:
     """A deep copy of an event that must wait for a usable time, read once it has one.
 
     The host may refill the same dict (and its nested values) for the next event meanwhile; the

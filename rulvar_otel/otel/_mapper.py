@@ -117,7 +117,7 @@ class SpanMapper:
         self._clock = EventClock()
         self._ts_cache = self._clock.cache
         self._segment_last_ns = 0
-        self._untimed: list[Mapping[str, Any]] = []  # events before the first usable ts
+        self._untimed: list[ax.Event] = []  # events before the first usable ts
         self.span_count = 0
         self.event_count = 0
         self.failed_events = 0
@@ -211,7 +211,7 @@ class SpanMapper:
         self._clock.last_ns = ns
         for event in held:
             try:
-                self._map(event if type(event) is dict else dict(event), ns)
+                self._map(event, ns)
             except Exception:  # noqa: BLE001
                 self.failed_events += 1
                 _log.debug("a held event could not be mapped", exc_info=True)

@@ -35,7 +35,6 @@ from opentelemetry.trace import (
 from opentelemetry.util.types import Attributes, AttributeValue
 
 __all__ = [
-    "EMPTY_STATE",
     "SAMPLED",
     "STATUS_ERROR",
     "STATUS_OK",
@@ -45,7 +44,7 @@ __all__ = [
 ]
 
 SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
-EMPTY_STATE: Final = TraceState()
+_EMPTY_STATE: Final = TraceState()
 _UNSET: Final = Status(StatusCode.UNSET)
 # The statuses the mapper sets, shared: told apart by identity (``status_code`` is a Python property).
 STATUS_OK: Final = Status(StatusCode.OK)
@@ -103,7 +102,7 @@ class SpanRecord:
         start_ns: int,
         attributes: dict[str, AttributeValue],
         on_end: Callable[[SpanRecord], None] | None,
-        trace_state: TraceState = EMPTY_STATE,
+        trace_state: TraceState = _EMPTY_STATE,
         links: tuple[SpanContext, ...] = (),
         parent_remote: bool = False,
     ) -> None:
@@ -317,7 +316,7 @@ class RecordingTracer(Tracer):
     ) -> SpanRecord:
         parent = trace.get_current_span(context).get_span_context()
         ids = self.id_generator
-        state = EMPTY_STATE
+        state = _EMPTY_STATE
         if parent.is_valid:
             trace_id, parent_id, state = parent.trace_id, parent.span_id, parent.trace_state
         else:

@@ -24,7 +24,7 @@ from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from rulvar_otel.otel._records import EMPTY_STATE, SpanRecord
+from rulvar_otel.otel._records import SpanRecord
 from rulvar_otel.otel.semconv import UNIQUE_VALUE_KEYS
 
 __all__ = [
@@ -54,9 +54,9 @@ KIND_CODES: Final = {kind: kind.value + 1 for kind in SpanKind}
 STATUS_CODES: Final = {code: code.value for code in StatusCode}
 
 
-def _tag(message: Any, field: str) -> bytes:
-    """The key of a length-delimited ``field`` of ``message`` (wire type 2)."""
-    return _varint(message.DESCRIPTOR.fields_by_name[field].number << 3 | 2)
+def _tag(message: Any, field: str, wire_type: int = 2) -> bytes:
+    """The key of ``field`` of ``message`` (wire type 2, length-delimited, unless given)."""
+    return _varint(message.DESCRIPTOR.fields_by_name[field].number << 3 | wire_type)
 
 
 _EVENT_TAG: Final = _tag(PbSpan, "events")
@@ -67,8 +67,8 @@ _SPAN_ATTRIBUTE_TAG: Final = _tag(PbSpan, "attributes")
 _EVENT_ATTRIBUTE_TAG: Final = _tag(_PbEvent, "attributes")
 _VALUE_TAG: Final = _tag(_KeyValue, "value")
 _STRING_VALUE_TAG: Final = _tag(_AnyValue, "string_value")
-_INT_VALUE_TAG: Final = _varint(_AnyValue.DESCRIPTOR.fields_by_name["int_value"].number << 3)  # varint
-_DOUBLE_VALUE_TAG: Final = _varint(_AnyValue.DESCRIPTOR.fields_by_name["double_value"].number << 3 | 1)
+_INT_VALUE_TAG: Final = _tag(_AnyValue, "int_value", 0)  # a varint
+_DOUBLE_VALUE_TAG: Final = _tag(_AnyValue, "double_value", 1)  # eight bytes
 _pack_double: Final = struct.Struct("<d").pack
 
 # Length prefixes up to this size are memoised (one or two varint bytes; spans and attributes
@@ -273,12 +273,15 @@ def _events(record: SpanRecord, memo: WireMemo) -> list[bytes]:
     return out
 
 
+def _status_fields(status: Status) -> dict[str, Any]:
+    return {"code": STATUS_CODES[status.status_code], "message": status.description}
+
+
 def _tail(record: SpanRecord, memo: WireMemo) -> bytes:
     """Fields 12 to 16: dropped events, links, status, flags (memoised when there are no links)."""
     status = record.status
     flags = REMOTE_FLAGS if record.parent_remote else FLAGS
     if record.links or record.dropped_events:
-        status_fields = {"code": STATUS_CODES[status.status_code], "message": status.description}
         links = [
             {
                 "trace_id": c.trace_id.to_bytes(16, "big"),
@@ -288,7 +291,10 @@ def _tail(record: SpanRecord, memo: WireMemo) -> bytes:
             for c in record.links
         ]
         fields: bytes = PbSpan(
-            dropped_events_count=record.dropped_events, links=links, status=status_fields, flags=flags
+            dropped_events_count=record.dropped_events,
+            links=links,
+            status=_status_fields(status),
+            flags=flags,
         ).SerializeToString()
         return fields
     key = (status, flags)
@@ -296,8 +302,7 @@ def _tail(record: SpanRecord, memo: WireMemo) -> bytes:
     if tail is None:
         if len(memo.tails) >= _MEMO_LIMIT:
             memo.tails.clear()
-        status_json = {"code": STATUS_CODES[status.status_code], "message": status.description}
-        tail = memo.tails[key] = PbSpan(status=status_json, flags=flags).SerializeToString()
+        tail = memo.tails[key] = PbSpan(status=_status_fields(status), flags=flags).SerializeToString()
     return tail
 
 
@@ -308,7 +313,7 @@ def _span(record: SpanRecord, memo: WireMemo) -> bytes:
     message.span_id = record.span_id.to_bytes(8, "big")
     state = record.trace_state
     if state is not memo.last_state:
-        message.trace_state = "" if state is EMPTY_STATE or not state else state.to_header()
+        message.trace_state = state.to_header() if state else ""
         memo.last_state = state
     message.parent_span_id = record.parent_id.to_bytes(8, "big") if record.parent_id else b""
     message.name = record.name
