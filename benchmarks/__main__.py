@@ -1,7 +1,11 @@
-"""``python -m benchmarks``."""
+"""``python -m benchmarks``: the build to measure is chosen before anything imports ``rulvar_otel``."""
 
 import sys
 
-from benchmarks.run import main
+from benchmarks._build import select_build
 
-sys.exit(main())
+selected = select_build(sys.argv[1:])
+
+from benchmarks.run import main  # noqa: E402  (after the build's import root is in place)
+
+sys.exit(main(selected=selected))

@@ -1,7 +1,6 @@
 """Figure 13: the mypyc-compiled build against the pure-Python sources, on the same stream.
 
-The wheel of this checkout is built once, compiled (``RULVAR_OTEL_COMPILE=1``, no build
-isolation: the dev environment holds mypy and hatchling), and unpacked into a scratch directory.
+The compiled build is the one ``_build.compiled_site`` makes (and caches) for the whole run.
 Each round runs one fresh process per build (order alternating), which maps the pre-parsed
 stream on the direct path and serializes every batch's OTLP request (deterministic ids), one
 warm-up pass and then the timed pass. Both builds must produce the same request bytes.
@@ -10,14 +9,13 @@ warm-up pass and then the timed pass. Both builds must produce the same request 
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
+from benchmarks._build import compiled_site
 from benchmarks._report import Figure, rate
 
 __all__ = ["bench_compiled"]
@@ -81,20 +79,6 @@ print(json.dumps({"seconds": seconds, "digest": digest, "build": build_label(),
 """
 
 
-def _compiled_root(scratch: Path) -> Path:
-    env = dict(os.environ, RULVAR_OTEL_COMPILE="1")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-         "-w", str(scratch / "dist"), str(_ROOT)],
-        check=True, env=env, capture_output=True,
-    )  # fmt: skip
-    (wheel,) = (scratch / "dist").glob("rulvar_otel-*.whl")
-    site = scratch / "site"
-    with zipfile.ZipFile(wheel) as archive:
-        archive.extractall(site)
-    return site
-
-
 def _run(root: Path, stream: Path) -> dict[str, object]:
     done = subprocess.run(
         [sys.executable, "-c", _WORKER, str(root), str(stream)],
@@ -106,18 +90,17 @@ def _run(root: Path, stream: Path) -> dict[str, object]:
 
 def bench_compiled(stream: Path, rounds: int) -> list[Figure]:
     n = sum(1 for line in stream.read_bytes().splitlines() if line.strip())
-    with tempfile.TemporaryDirectory(prefix="rulvar-otel-bench-compiled-") as scratch:
-        try:
-            roots = {"compiled": _compiled_root(Path(scratch)), "pure": _ROOT}
-        except subprocess.CalledProcessError as exc:
-            reason = (exc.stderr or b"").decode(errors="replace").strip().splitlines()[-1:] or ["?"]
-            note = f"the compiled wheel did not build: {reason[0][:300]}"
-            return [Figure("compiled", "mypyc build", "not built", met=False, notes=[note])]
-        seen: dict[str, list[dict[str, object]]] = {"compiled": [], "pure": []}
-        for index in range(rounds):
-            order = ["compiled", "pure"] if index % 2 == 0 else ["pure", "compiled"]
-            for name in order:
-                seen[name].append(_run(roots[name], stream))
+    try:
+        roots = {"compiled": compiled_site(), "pure": _ROOT}
+    except subprocess.CalledProcessError as exc:
+        reason = (exc.stderr or b"").decode(errors="replace").strip().splitlines()[-1:] or ["?"]
+        note = f"the compiled wheel did not build: {reason[0][:300]}"
+        return [Figure("compiled", "mypyc build", "not built", met=False, notes=[note])]
+    seen: dict[str, list[dict[str, object]]] = {"compiled": [], "pure": []}
+    for index in range(rounds):
+        order = ["compiled", "pure"] if index % 2 == 0 else ["pure", "compiled"]
+        for name in order:
+            seen[name].append(_run(roots[name], stream))
     builds = {name: {str(r["build"]) for r in results} for name, results in seen.items()}
     digests = {str(r["digest"]) for results in seen.values() for r in results}
     right = builds == {"compiled": {"compiled with mypyc"}, "pure": {"pure Python"}}

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from benchmarks._build import BUILDS, Selected
 from benchmarks._figures_compiled import bench_compiled
 from benchmarks._figures_direct import bench_direct
 from benchmarks._figures_http import bench_http
@@ -35,7 +36,15 @@ def _int_list(text: str) -> list[int]:
     return [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _build_banner(selected: Selected | None) -> str:
+    import rulvar_otel
+    from rulvar_otel._build import build_label
+
+    note = f"; {selected.note}" if selected is not None and selected.note else ""
+    return f"build measured: {build_label()} ({Path(rulvar_otel.__file__).parent}){note}"
+
+
+def main(argv: Sequence[str] | None = None, *, selected: Selected | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
         description="rulvar-otel benchmarks, each figure beside an in-run baseline.",
@@ -60,11 +69,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="parse,floor,metrics,direct,http,compiled,scale,e2e,tail,startup,progress",
         help="comma-separated sections to run (default all)",
     )
+    parser.add_argument(
+        "--build",
+        choices=BUILDS,
+        default="compiled",
+        help="the build to measure: the compiled wheel pip install makes (default) or the sources",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures as JSON to this file")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args(argv)
 
-    stream: Path = args.stream
+    origin = selected.origin if selected is not None else Path.cwd()
+    stream: Path = origin / args.stream
     if not stream.is_file():
         parser.error(f"no stream at {stream} (the reference corpus lives in tests/fixtures/reference)")
     rounds = args.rounds or (3 if args.quick else 15)
@@ -116,13 +132,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         steps.append(("progress overhead", lambda: bench_progress(stream, min(rounds, 7))))
 
     say(f"rulvar-otel benchmarks on {stream} ({rounds} rounds, medians; python {sys.version.split()[0]})")
+    build = _build_banner(selected)
+    say(build)
     for title, step in steps:
         say(f"running: {title} ...")
         started = time.perf_counter()
         figures.extend(step())
         say(f"  done in {time.perf_counter() - started:.1f} s")
 
-    sys.stdout.write(table(figures).lstrip("\n") + "\n")
+    sys.stdout.write(build + "\n" + table(figures) + "\n")
     if args.json is not None:
         args.json.write_text(json.dumps([f.as_json() for f in figures], indent=2) + "\n")
     missed = [f for f in figures if f.met is False]
