@@ -23,8 +23,9 @@ from typing import Any
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 # The per-event path: the JSONL read, a recorded run's record, the drain's pass, the run router,
-# the mapper (event -> span records -> OTLP request) and its helpers, the direct sink's batching
-# and the progress fold; the rest of the package stays interpreted (little time is spent there).
+# the mapper (event -> span records -> OTLP request) and its helpers, the direct sink's batching,
+# the metric folds and aggregates, the progress fold and its plain-text views; the rest of the
+# package stays interpreted (little time is spent there).
 COMPILED = (
     "rulvar_otel/otel/_mapper.py",
     "rulvar_otel/otel/_mapper_helpers.py",
@@ -45,6 +46,10 @@ COMPILED = (
     "rulvar_otel/otel/_span_batches.py",
     "rulvar_otel/core/_drain_pass.py",
     "rulvar_otel/core/_run_record.py",
+    "rulvar_otel/otel/metrics/_folds.py",
+    "rulvar_otel/otel/metrics/_folds_genai.py",
+    "rulvar_otel/otel/direct_metrics.py",
+    "rulvar_otel/cli/_plain_progress.py",
 )
 
 # Exit codes of the build script below that mean "this machine cannot compile" (fall back).

@@ -226,6 +226,10 @@ def test_the_equality_and_fold_suites_pass_against_the_compiled_package(
             str(ROOT / "tests" / "test_direct_equality.py"),
             str(ROOT / "tests" / "test_metrics_registry_and_reference_folds.py"),
             str(ROOT / "tests" / "test_direct_metrics.py"),
+            str(ROOT / "tests" / "test_metrics_batching.py"),
+            str(ROOT / "tests" / "test_metrics_masking_and_cardinality.py"),
+            str(ROOT / "tests" / "test_metrics_settling_and_replay.py"),
+            str(ROOT / "tests" / "test_model_metrics.py"),
             # The compiled helpers the mapper, the folds and the progress views share.
             str(ROOT / "tests" / "test_agent_lifecycle.py"),
             str(ROOT / "tests" / "test_mapper_pairing_and_scopes.py"),

@@ -15,6 +15,7 @@ from rulvar_otel.core._outcome import (
     EventLike,
     RunOutcome,
     as_wire,
+    as_wire_dict,
     event_field,
     outcome_from_json,
     outcome_from_run_end,
@@ -24,6 +25,7 @@ from rulvar_otel.core.run_source import RecordedRun, RunHandle
 __all__ = [
     "EventLike",
     "as_wire",
+    "as_wire_dict",
     "RecordedRunHandle",
     "RunHandle",
     "RunOutcome",

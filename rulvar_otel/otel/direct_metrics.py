@@ -47,8 +47,9 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext
 
-from rulvar_otel.core.handle import RunOutcome
+from rulvar_otel.core.handle import RunOutcome, as_wire_dict
 from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
+from rulvar_otel.core.wire import WireEvent
 from rulvar_otel.otel import semconv
 from rulvar_otel.otel._resource import compose_resource, mask_resource
 from rulvar_otel.otel.metrics import _MAX_ATTRIBUTE_CHARS, SpanSource
@@ -206,7 +207,7 @@ class MetricsAggregator:
         self,
         state: FoldState,
         plan: tuple[_Series, ...],
-        event: Mapping[str, Any],
+        event: WireEvent,
         span: SpanContext | None = None,
     ) -> None:
         for series in plan:
@@ -375,19 +376,20 @@ class RunMetrics:
         self._plans = aggregator._plans
         self._state = FoldState(aggregator._masker)
         self._spans = spans
-        self._queue: list[tuple[Mapping[str, Any], _Plan, SpanContext | None]] = []
+        self._queue: list[tuple[WireEvent, _Plan, SpanContext | None]] = []
         self._finished = False
 
     def feed(self, event: Mapping[str, Any]) -> None:
+        wire = event if type(event) is dict else as_wire_dict(event)
         try:
-            plan = self._plans.get(event.get("type"))
+            plan = self._plans.get(wire.get("type"))
         except TypeError:  # an unhashable type: no definition reads it
             return
         if plan is None:
             return  # no definition reads it: skipped after one lookup
         queue = self._queue
         spans = self._spans
-        queue.append((event, plan, spans.event_span_context() if spans is not None else None))
+        queue.append((wire, plan, spans.event_span_context() if spans is not None else None))
         if len(queue) >= _BATCH_EVENTS:
             with self._aggregator._lock:
                 self.drain()

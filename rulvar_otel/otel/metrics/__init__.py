@@ -25,11 +25,12 @@ from opentelemetry.metrics import Observation as GaugeObservation
 from opentelemetry.trace import NonRecordingSpan, SpanContext
 
 from rulvar_otel.core.drain import drain
-from rulvar_otel.core.handle import RunHandle, RunOutcome, as_wire
+from rulvar_otel.core.handle import RunHandle, RunOutcome, as_wire_dict
 
 if TYPE_CHECKING:
     from rulvar_otel.core.events import EventModel
 from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
+from rulvar_otel.core.wire import WireEvent
 from rulvar_otel.otel.metrics._folds import PAIRED_TYPES
 from rulvar_otel.otel.metrics.registry import (
     ADVANCE_TYPES,
@@ -153,7 +154,7 @@ class _Folder:
         self.state = FoldState(masker)
         self.lock = threading.Lock()
         # (event, plan, the span its observations belong to: the exemplar's)
-        self.queue: deque[tuple[Mapping[str, Any], _Plan, SpanContext | None]] = deque()
+        self.queue: deque[tuple[WireEvent, _Plan, SpanContext | None]] = deque()
         self.spans: SpanSource | None = None
         # counter slot key -> [instrument, masked attributes, running sum]
         self.counters: dict[int, list[Any]] = {}
@@ -204,9 +205,7 @@ class _Folder:
                 except Exception:  # noqa: BLE001 - a malformed event is skipped, not fatal
                     _log.debug("metrics: event skipped", exc_info=True)
 
-    def _run_folds(
-        self, sinks: tuple[_Sink, ...], event: Mapping[str, Any], span: SpanContext | None = None
-    ) -> None:
+    def _run_folds(self, sinks: tuple[_Sink, ...], event: WireEvent, span: SpanContext | None = None) -> None:
         state, counters = self.state, self.counters
         context: Context | None = None  # built once, for the first histogram observation
         for sink in sinks:
@@ -354,7 +353,7 @@ class MetricsRecorder:
     def observe(self, event: Mapping[str, Any] | EventModel) -> None:
         """Fold one event (now or in the next batch). Never raises."""
         try:
-            wire = event if type(event) is dict else as_wire(event)
+            wire = event if type(event) is dict else as_wire_dict(event)
             kind = wire.get("type")
             plan = self._plans.get(kind)  # an unhashable type raises: skipped below
             if plan is None:

@@ -22,6 +22,7 @@ from typing import Any, Final, TypeAlias, TypeVar
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.lifecycle import AgentLifecycle
 from rulvar_otel.core.masking import SecretMasker
+from rulvar_otel.core.wire import WireEvent
 from rulvar_otel.core.wire import as_number as _num
 from rulvar_otel.core.wire import ts_ns as _ts
 from rulvar_otel.otel._attributes import provider_name
@@ -37,6 +38,7 @@ __all__ = [
     "Fold",
     "FoldState",
     "Observation",
+    "agent_seconds",
     "fold_abandoned",
     "fold_agent_duration",
     "fold_agent_errors",
@@ -68,7 +70,7 @@ _T = TypeVar("_T")
 AttrValue: TypeAlias = str | bool
 # (value, attribute values in the order of the definition's `attributes`; None: absent)
 Observation: TypeAlias = tuple[float, tuple[AttrValue | None, ...]]
-Fold: TypeAlias = Callable[["FoldState", Mapping[str, Any]], Sequence[Observation]]
+Fold: TypeAlias = Callable[["FoldState", WireEvent], Sequence[Observation]]
 
 UNKNOWN: Final = "unknown"
 NONE: Final = "none"
@@ -83,7 +85,7 @@ OTHER: Final = "other"  # a value outside the catalog's enum
 
 
 def _str(value: Any, default: str = UNKNOWN) -> str:
-    if value.__class__ is str:
+    if type(value) is str:
         return value or default  # type: ignore[no-any-return]
     return value if isinstance(value, str) and value != "" else default
 
@@ -93,10 +95,11 @@ def _seconds(start: int, end: int) -> float:
     return max((end - start) / 1e9, 0.0)
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    if value.__class__ is dict:
+def _mapping(value: Any) -> dict[str, Any]:
+    # A dict, so compiled code reads it without a method lookup; another mapping is copied.
+    if type(value) is dict:
         return value  # type: ignore[no-any-return]
-    return value if isinstance(value, Mapping) else {}
+    return dict(value) if isinstance(value, Mapping) else {}
 
 
 # Event types FoldState.advance reads; together with the definitions' `on` types they are all the
@@ -108,6 +111,9 @@ ADVANCE_TYPES: Final = frozenset(
     }
 )  # fmt: skip
 
+
+# Distinct model refs a fold state remembers the masked split of.
+_MODEL_CACHE_LIMIT: Final = 256
 
 # The replayed events FoldState.advance still reads: agent pairing sees the whole stream.
 PAIRED_TYPES: Final = frozenset({"agent:start", "agent:end"})
@@ -127,25 +133,30 @@ class FoldState:
     reclaimed_usd: float = 0.0
     orchestrated: bool = False
     last_budget_share: float | None = None
-    last_run_end: Mapping[str, Any] | None = None
+    last_run_end: WireEvent | None = None
     terminal_recorded: bool = False
     outcome: RunOutcome | BaseException | None = None
     # agent spanId -> [live invocations ended, live tool calls ended] while the agent is open
     agent_calls: dict[str, list[int]] = field(default_factory=dict)
-    # The attribute tuple several definitions read from one event, built once for that event
-    # (holding the event also keeps its id from being reused by the next one). `advance` drops
-    # it: the same object observed again later must be read against the state of that time.
-    _shared_event: object = None
-    _shared_build: object = None
-    _shared_value: Any = None
+    # What several definitions read from one event (an attribute tuple, a duration), built once
+    # for that event, by builder (holding the event also keeps its id from being reused by the
+    # next one). `advance` drops them: the same object observed again later must be read against
+    # the state of that time.
+    _shared_event: Any = None
+    _shared: dict[Any, Any] = field(default_factory=dict)
+    # model ref -> model(ref): a run names a handful of models, on most of its events
+    _models: dict[str, tuple[str, str]] = field(default_factory=dict)
 
-    def shared(self, event: Mapping[str, Any], build: Callable[[FoldState, Mapping[str, Any]], _T]) -> _T:
+    def shared(self, event: WireEvent, build: Callable[[FoldState, WireEvent], _T]) -> _T:
         """``build(self, event)``, computed once per event however many folds ask for it."""
-        if self._shared_event is not event or self._shared_build is not build:
-            self._shared_value = build(self, event)
+        shared = self._shared
+        if self._shared_event is not event:
+            shared.clear()
             self._shared_event = event
-            self._shared_build = build
-        return self._shared_value  # type: ignore[no-any-return]
+        elif build in shared:
+            return shared[build]  # type: ignore[no-any-return]
+        value = shared[build] = build(self, event)
+        return value
 
     def model(self, value: Any) -> tuple[str, str]:
         """``(gen_ai.request.model, gen_ai.provider.name)`` of a model ref, as the spans carry them.
@@ -154,15 +165,25 @@ class FoldState:
         adapter id), both split from the *masked* ref so a credential cannot leak through the
         split; a ref without a prefix is the model itself, provider ``unknown``.
         """
-        ref = self.masker.clean(_str(value))
+        raw = _str(value)
+        known = self._models.get(raw)
+        if known is not None:
+            return known
+        ref = self.masker.clean(raw)
         adapter, colon, model_id = ref.partition(":")
         if not colon:
-            return ref, UNKNOWN
-        return model_id or UNKNOWN, provider_name(adapter) if adapter else UNKNOWN
+            found = (ref, UNKNOWN)
+        else:
+            found = (model_id or UNKNOWN, provider_name(adapter) if adapter else UNKNOWN)
+        if len(self._models) >= _MODEL_CACHE_LIMIT:
+            self._models.clear()  # a hostile stream naming endless models cannot grow it
+        self._models[raw] = found
+        return found
 
-    def advance(self, event: Mapping[str, Any]) -> None:
+    def advance(self, event: WireEvent) -> None:
         """Move the state past one live event (called after that event's folds ran)."""
         self._shared_event = None
+        self._shared.clear()
         kind = event.get("type")
         # The calls of a live agent first: they are most of a stream's folded events.
         if kind == "agent:phase:end" or kind == "tool:end":
@@ -210,7 +231,7 @@ class FoldState:
 
     # --- values the per-run folds share ---
 
-    def cost_report(self) -> Mapping[str, Any]:
+    def cost_report(self) -> dict[str, Any]:
         if isinstance(self.outcome, RunOutcome):
             return _mapping(self.outcome.cost)
         return {}
@@ -221,7 +242,7 @@ class FoldState:
         usd = _num(_mapping(report.get("abandoned")).get("usd"))
         if usd is not None:
             return max(usd, 0.0)
-        envelope: Mapping[str, Any] = {}
+        envelope: dict[str, Any] = {}
         if isinstance(self.outcome, RunOutcome):
             envelope = _mapping(self.outcome.envelope)
         if not envelope and self.last_run_end is not None:
@@ -232,11 +253,11 @@ class FoldState:
         return max(gross - net, 0.0)
 
 
-def _agent_type(event: Mapping[str, Any]) -> str:
+def _agent_type(event: WireEvent) -> str:
     return _str(event.get("agentType"))
 
 
-def _workflow(state: FoldState, event: Mapping[str, Any]) -> str:
+def _workflow(state: FoldState, event: WireEvent) -> str:
     if event.get("type") == "run:end":
         return _str(_mapping(event.get("envelope")).get("workflow"), state.workflow)
     return state.workflow
@@ -252,13 +273,13 @@ def _workflow(state: FoldState, event: Mapping[str, Any]) -> str:
 _RUN_END_FACTS: Final = EVENT_FACTS["run:end"]
 
 
-def _enum(event: Mapping[str, Any], kind: str, field: str, default: str = UNKNOWN) -> str:
+def _enum(event: WireEvent, kind: str, field: str, default: str = UNKNOWN) -> str:
     """An enum-valued label: the catalog's values as they are, any other string ``other``."""
     value = _str(event.get(field), default)
     return value if value == default or value in EVENT_FACTS[kind][field].values else OTHER
 
 
-def _run_terminal(event: Mapping[str, Any]) -> tuple[str, str, bool]:
+def _run_terminal(event: WireEvent) -> tuple[str, str, bool]:
     # Bounded like the span's facts: a value outside the catalog's enum is "other", never its text.
     status = _str(event.get("status"))
     if status != UNKNOWN and status not in _RUN_END_FACTS["status"].values:
@@ -269,7 +290,7 @@ def _run_terminal(event: Mapping[str, Any]) -> tuple[str, str, bool]:
     return status, completion, event.get("settled") is not False
 
 
-def _settled_reason(event: Mapping[str, Any], settled: bool) -> str:
+def _settled_reason(event: WireEvent, settled: bool) -> str:
     # Bounded: the one reason the catalog defines, "other" for any other text.
     reason = event.get("settledReason")
     if settled or not isinstance(reason, str) or not reason:
@@ -277,7 +298,7 @@ def _settled_reason(event: Mapping[str, Any], settled: bool) -> str:
     return reason if reason == "superseded" else OTHER
 
 
-def fold_runs_settled(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_runs_settled(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     if event.get("type") == "run:end":
         status, completion, settled = _run_terminal(event)
         workflow = _workflow(state, event)
@@ -293,7 +314,7 @@ def fold_runs_settled(state: FoldState, event: Mapping[str, Any]) -> Sequence[Ob
     return ((1, (workflow, status, completion, settled, reason)),)
 
 
-def fold_run_duration(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_run_duration(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     end = _ts(event.get("ts"))
     if end is None or state.run_start_ts is None:
         return ()
@@ -301,7 +322,7 @@ def fold_run_duration(state: FoldState, event: Mapping[str, Any]) -> Sequence[Ob
     return ((_seconds(state.run_start_ts, end), (_workflow(state, event), status)),)
 
 
-def fold_run_cost(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_run_cost(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     usd = _num(event.get("totalUsd"))
     if usd is None:
         usd = _num(_mapping(event.get("envelope")).get("totalUsd"))
@@ -311,16 +332,16 @@ def fold_run_cost(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observ
     return ((usd, (_workflow(state, event), status)),)
 
 
-def _build_phase_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str, str]:
+def _build_phase_attrs(state: FoldState, event: WireEvent) -> tuple[str, str, str, str]:
     model, provider = state.model(event.get("model"))
     return state.workflow, model, provider, _str(event.get("role"))
 
 
-def _phase_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str, str]:
+def _phase_attrs(state: FoldState, event: WireEvent) -> tuple[str, str, str, str]:
     return state.shared(event, _build_phase_attrs)
 
 
-def fold_invocation_tokens(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_invocation_tokens(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     usage = _mapping(event.get("usage"))
     base = _phase_attrs(state, event)
     out: list[Observation] = []
@@ -331,7 +352,7 @@ def fold_invocation_tokens(state: FoldState, event: Mapping[str, Any]) -> Sequen
     return out
 
 
-def fold_invocation_duration(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_invocation_duration(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     millis = _num(event.get("durationMs"))
     if millis is None or millis < 0:
         return ()
@@ -340,14 +361,14 @@ def fold_invocation_duration(state: FoldState, event: Mapping[str, Any]) -> Sequ
     return ((millis / 1000.0, (*_phase_attrs(state, event), error)),)
 
 
-def fold_spend(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_spend(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     usd = _num(event.get("costUsd"))
     if usd is None or usd < 0:
         return ()
     return ((usd, _phase_attrs(state, event)),)
 
 
-def _build_agent_end_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str, str]:
+def _build_agent_end_attrs(state: FoldState, event: WireEvent) -> tuple[str, str, str, str]:
     span = state.agents.get(event.get("spanId"))
     return (
         state.workflow,
@@ -357,23 +378,33 @@ def _build_agent_end_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[
     )
 
 
-def _agent_end_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str, str]:
+def _agent_end_attrs(state: FoldState, event: WireEvent) -> tuple[str, str, str, str]:
     return state.shared(event, _build_agent_end_attrs)
 
 
-def fold_agent_invocations(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_agent_invocations(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     return ((1, _agent_end_attrs(state, event)),)
 
 
-def fold_agent_duration(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def _build_agent_seconds(state: FoldState, event: WireEvent) -> float | None:
     span = state.agents.get(event.get("spanId"))
     end = _ts(event.get("ts"))
     if span is None or span.replayed or end is None:
-        return ()  # a replayed start's time is a re-stamp, not when the agent began
+        return None  # a replayed start's time is a re-stamp, not when the agent began
     start = span.start_ns
-    if start is None:
+    return None if start is None else _seconds(start, end)
+
+
+def agent_seconds(state: FoldState, event: WireEvent) -> float | None:
+    """How long the agent an ``agent:end`` closes ran (None when its start is not known)."""
+    return state.shared(event, _build_agent_seconds)
+
+
+def fold_agent_duration(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+    seconds = agent_seconds(state, event)
+    if seconds is None:
         return ()
-    return ((_seconds(start, end), _agent_end_attrs(state, event)),)
+    return ((seconds, _agent_end_attrs(state, event)),)
 
 
 # The code of the error the engine raises when the quota limiter denied a call more times than
@@ -381,7 +412,7 @@ def fold_agent_duration(state: FoldState, event: Mapping[str, Any]) -> Sequence[
 QUOTA_EXHAUSTED_CODE: Final = "quota_exhausted"
 
 
-def _error_class(state: FoldState, event: Mapping[str, Any]) -> str:
+def _error_class(state: FoldState, event: WireEvent) -> str:
     """Classify an agent:error so throttling is never read as failure.
 
     ``quota_throttle``: the legacy twin of a healthy quota wait (the limiter's error that will
@@ -400,7 +431,7 @@ def _error_class(state: FoldState, event: Mapping[str, Any]) -> str:
     return "error"
 
 
-def fold_agent_errors(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_agent_errors(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     error = _mapping(event.get("error"))
     return (
         (
@@ -420,7 +451,7 @@ _TOOL_OUTCOMES: Final = EVENT_FACTS["tool:end"]["outcome"].values
 _TOOL_GUARDS: Final = EVENT_FACTS["tool:end"]["guard"].values
 
 
-def _build_tool_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, str, str, str, str]:
+def _build_tool_attrs(state: FoldState, event: WireEvent) -> tuple[str, str, str, str, str]:
     # _enum for the two enum labels, with their value sets bound once: this runs per tool call.
     get = event.get
     outcome = _str(get("outcome"))
@@ -434,11 +465,11 @@ def _build_tool_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[str, 
     )
 
 
-def fold_tool_calls(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_tool_calls(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     return ((1, state.shared(event, _build_tool_attrs)),)
 
 
-def fold_tool_duration(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_tool_duration(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     millis = _num(event.get("durationMs"))
     if millis is None or millis < 0:
         return ()
@@ -456,12 +487,12 @@ def _quota_dimension(reason: Any) -> str:
     return UNKNOWN
 
 
-def fold_quota_denials(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_quota_denials(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     model, provider = state.model(event.get("model"))
     return ((1, (state.workflow, model, provider, _quota_dimension(event.get("reason")))),)
 
 
-def fold_exposure_waits(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_exposure_waits(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     return (
         (
             1,
@@ -475,43 +506,43 @@ def fold_exposure_waits(state: FoldState, event: Mapping[str, Any]) -> Sequence[
     )
 
 
-def fold_spawns_admitted(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_spawns_admitted(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     return ((1, (state.workflow, _enum(event, "spawn:admitted", "verdict"), _agent_type(event))),)
 
 
-def fold_spawns_rejected(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_spawns_rejected(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     return ((1, (state.workflow, _str(event.get("code")), _agent_type(event))),)
 
 
-def fold_determinism(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_determinism(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     category = _enum(event, "determinism:warning", "category")
     return ((1, (state.workflow, category, _enum(event, "determinism:warning", "provenance"))),)
 
 
-def fold_ledger_ops(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_ledger_ops(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     return ((1, (state.workflow, _enum(event, "ledger:op", "op"))),)
 
 
-def fold_ledger_ops_per_spawn(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_ledger_ops_per_spawn(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     if state.spawns_admitted == 0:
         return ()  # undefined without a spawn; a zero would read as "spawns wrote nothing"
     return ((state.ledger_ops / state.spawns_admitted, (state.workflow,)),)
 
 
-def fold_render_size(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_render_size(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     size = _num(event.get("renderSize"))
     if size is None or size < 0:
         return ()
     return ((size, (state.workflow,)),)
 
 
-def fold_escalations(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_escalations(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     task = event.get("logicalTaskId")
     agent_type = state.task_agent_type.get(task, UNKNOWN) if isinstance(task, str) else UNKNOWN
     return ((1, (state.workflow, agent_type, _enum(event, "escalation:raised", "kind"))),)
 
 
-def fold_orchestrator_share(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_orchestrator_share(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     orchestrator = _mapping(state.cost_report().get("orchestrator"))
     share = _num(orchestrator.get("share"))
     spent = _num(orchestrator.get("spentUsd")) or 0.0
@@ -522,16 +553,16 @@ def fold_orchestrator_share(state: FoldState, event: Mapping[str, Any]) -> Seque
     return ()
 
 
-def fold_abandoned(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_abandoned(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     usd = state.abandoned_usd()
     return () if usd is None else ((usd, (state.workflow,)),)
 
 
-def fold_reclaimed(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_reclaimed(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     return ((state.reclaimed_usd, (state.workflow,)),)
 
 
-def fold_net_lost(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_net_lost(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     usd = state.abandoned_usd()
     return () if usd is None else ((usd - state.reclaimed_usd, (state.workflow,)),)
 

@@ -5,9 +5,10 @@ shared :class:`~rulvar_otel.otel.metrics._folds.FoldState`, read by the registry
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Final
 
+from rulvar_otel.core.wire import WireEvent
 from rulvar_otel.core.wire import as_number as _num
 from rulvar_otel.otel.metrics._folds import (
     UNKNOWN,
@@ -16,7 +17,7 @@ from rulvar_otel.otel.metrics._folds import (
     _mapping,
     _str,
     _workflow,
-    fold_agent_duration,
+    agent_seconds,
     fold_run_duration,
 )
 
@@ -32,19 +33,19 @@ __all__ = [
 _OK_STATUSES: Final = frozenset({"ok", "skipped"})
 
 
-def _error_type(event: Mapping[str, Any], status_key: str, code: Any) -> str | None:
+def _error_type(event: WireEvent, status_key: str, code: Any) -> str | None:
     """``error.type`` of a closer: None when it succeeded, its code else (``_OTHER`` without one)."""
     if event.get(status_key) in _OK_STATUSES:
         return None
     return _str(code, "_OTHER")
 
 
-def _agent_name(event: Mapping[str, Any]) -> str | None:
+def _agent_name(event: WireEvent) -> str | None:
     agent_type = event.get("agentType")
     return agent_type if isinstance(agent_type, str) and agent_type else None  # as the span's
 
 
-def _build_invoke_agent_attrs(state: FoldState, event: Mapping[str, Any]) -> tuple[Any, ...]:
+def _build_invoke_agent_attrs(state: FoldState, event: WireEvent) -> tuple[Any, ...]:
     span = state.agents.get(event.get("spanId"))
     model, provider = (
         state.model(span.model) if span is not None and not span.replayed else (UNKNOWN, UNKNOWN)
@@ -52,15 +53,15 @@ def _build_invoke_agent_attrs(state: FoldState, event: Mapping[str, Any]) -> tup
     return (state.workflow, "invoke_agent", _agent_name(event), model, provider)
 
 
-def fold_invoke_agent_duration(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
-    seconds = fold_agent_duration(state, event)
-    if not seconds:
+def fold_invoke_agent_duration(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+    seconds = agent_seconds(state, event)
+    if seconds is None:
         return ()
     error = _error_type(event, "status", _mapping(event.get("error")).get("code"))
-    return ((seconds[0][0], (*state.shared(event, _build_invoke_agent_attrs), error)),)
+    return ((seconds, (*state.shared(event, _build_invoke_agent_attrs), error)),)
 
 
-def _agent_counts(state: FoldState, event: Mapping[str, Any]) -> list[int] | None:
+def _agent_counts(state: FoldState, event: WireEvent) -> list[int] | None:
     span = state.agents.get(event.get("spanId"))
     if span is None or span.replayed:
         return None  # a resumed agent's earlier calls were counted (or replayed) elsewhere
@@ -68,21 +69,21 @@ def _agent_counts(state: FoldState, event: Mapping[str, Any]) -> list[int] | Non
     return state.agent_calls.get(span_id, [0, 0]) if isinstance(span_id, str) else [0, 0]
 
 
-def fold_invoke_agent_inference_calls(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_invoke_agent_inference_calls(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     counts = _agent_counts(state, event)
     if counts is None:
         return ()
     return ((counts[0], state.shared(event, _build_invoke_agent_attrs)),)
 
 
-def fold_invoke_agent_tool_calls(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_invoke_agent_tool_calls(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     counts = _agent_counts(state, event)
     if counts is None:
         return ()
     return ((counts[1], state.shared(event, _build_invoke_agent_attrs)),)
 
 
-def fold_execute_tool_duration(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_execute_tool_duration(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     millis = _num(event.get("durationMs"))
     if millis is None or millis < 0:
         return ()
@@ -90,7 +91,7 @@ def fold_execute_tool_duration(state: FoldState, event: Mapping[str, Any]) -> Se
     return ((millis / 1000.0, (state.workflow, "execute_tool", _str(event.get("toolName")), error)),)
 
 
-def fold_invoke_workflow_duration(state: FoldState, event: Mapping[str, Any]) -> Sequence[Observation]:
+def fold_invoke_workflow_duration(state: FoldState, event: WireEvent) -> Sequence[Observation]:
     seconds = fold_run_duration(state, event)
     if not seconds:
         return ()
