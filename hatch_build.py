@@ -48,6 +48,7 @@ COMPILED = (
     "rulvar_otel/core/_run_record.py",
     "rulvar_otel/otel/metrics/_folds.py",
     "rulvar_otel/otel/metrics/_folds_genai.py",
+    "rulvar_otel/otel/metrics/__init__.py",
     "rulvar_otel/otel/direct_metrics.py",
     "rulvar_otel/cli/_plain_progress.py",
 )

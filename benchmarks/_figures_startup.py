@@ -27,9 +27,12 @@ __all__ = ["TINY_STREAM", "bench_progress", "bench_startup"]
 
 TINY_STREAM: Final = REPO / "tests" / "fixtures" / "reference" / "streams" / "tools.jsonl"
 _CLI: Final = "from rulvar_otel.cli import main; main()"
-# Node's whole start-up with the OpenTelemetry JS SDK and its gRPC exporter, measured beside the
-# reference exporter on this machine class: the lean start-up's goal, above `python -c pass`.
-NODE_STARTUP_S: Final = 0.14
+# The goal: no longer than the Node reference's whole export of the same stream. Measured on this
+# machine class (2 cores, 2026-12-05, 15 interleaved rounds): the reference's toOtel on the OpenTelemetry
+# JS SDK 2.12, Node 22, exporting tools.jsonl to a local OTLP/gRPC receiver took 223.7 ms wall,
+# `python -c pass` 12.6 ms: 211 ms above this figure's baseline. (Node's start-up alone, with the
+# SDK and the exporter loaded and nothing exported, is 117 ms wall.)
+NODE_TINY_EXPORT_S: Final = 0.211
 # The milestones (and the fold behind them) must cost under a tenth of the export itself.
 PROGRESS_TARGET: Final = 1.10
 _BYTECODE_NOTE: Final = "rulvar_otel byte-compiled first, as installed (no per-process recompiling)"
@@ -82,8 +85,10 @@ def bench_startup(rounds: int) -> list[Figure]:
                 f"{timings.median(case) * 1e3:8.1f} ms wall",
                 f"python -c pass {base * 1e3:6.1f} ms",
                 timings.ratio(case, "pass"),
-                f"<= {NODE_STARTUP_S * 1e3:.0f} ms above baseline (Node)" if case == "export" else "",
-                overhead <= NODE_STARTUP_S if case == "export" else None,
+                f"<= {NODE_TINY_EXPORT_S * 1e3:.0f} ms above baseline (Node's whole export)"
+                if case == "export"
+                else "",
+                overhead <= NODE_TINY_EXPORT_S if case == "export" else None,
                 [f"{overhead * 1e3:.0f} ms above python -c pass", _BYTECODE_NOTE],
             )
         )

@@ -11,7 +11,7 @@ span parents, or is linked from, each run).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import Tracer
 
@@ -21,7 +21,9 @@ from rulvar_otel.core.masking import SecretMasker
 from rulvar_otel.otel._mapper import SpanMapper
 from rulvar_otel.otel._parentage import NO_PARENT, Parentage
 from rulvar_otel.otel.exporter import create_mapper
-from rulvar_otel.otel.metrics import SpanSource
+
+if TYPE_CHECKING:  # a protocol: the metrics package loads only when metrics are on
+    from rulvar_otel.otel.metrics import SpanSource
 
 __all__ = ["RunRouter"]
 

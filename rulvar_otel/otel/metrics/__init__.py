@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from mypy_extensions import mypyc_attr
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Meter, UpDownCounter
@@ -133,6 +134,7 @@ _Plan = tuple[tuple[_Sink, ...], bool]
 _PAIRING_ONLY: Final[_Plan] = ((), True)
 
 
+@mypyc_attr(native_class=False)  # weakly referenced by the collect hook
 class _Folder:
     """One recorder's fold state and its queue of events not folded yet.
 
@@ -256,6 +258,7 @@ class _Folder:
                 _log.debug("metrics: counter flush failed", exc_info=True)
 
 
+@mypyc_attr(native_class=False)  # a callback the SDK holds
 class _CollectHook:
     """Brings every live recorder of one meter up to date when a reader collects.
 
@@ -315,6 +318,7 @@ def _release(hook: _CollectHook | None, folder: _Folder) -> None:
         hook.detach(folder)
 
 
+@mypyc_attr(native_class=False)  # weakref.finalize watches it
 class MetricsRecorder:
     """Records one run's metrics from its events, in stream order.
 
@@ -373,8 +377,9 @@ class MetricsRecorder:
         except Exception:  # noqa: BLE001 - telemetry never breaks the host
             _log.debug("metrics: event skipped", exc_info=True)
 
-    # The drain's Sink protocol: the recorder is fed like every other consumer of a run.
-    feed = observe
+    def feed(self, event: Mapping[str, Any] | EventModel) -> None:
+        """:meth:`observe`: the drain's Sink protocol, the recorder fed like every other consumer."""
+        self.observe(event)
 
     def flush(self) -> None:
         """Fold every queued event and hand the counter sums to the SDK now. Never raises.
