@@ -82,8 +82,9 @@ _SDK_DEFAULT_BOUNDARIES: Final = (
 )  # fmt: skip
 # Distinct raw attribute tuples remembered per definition (labels are low-cardinality by contract).
 _CACHE_LIMIT: Final = 4096
-# Events folded per batch (as the recorder batches them); a collection folds what waits first.
-_BATCH_EVENTS: Final = 1024
+# Events folded per batch (as the recorder batches them); a collection folds what waits first. Few:
+# a batch's events are then still in the CPU caches, and none lives on into an older GC generation.
+_BATCH_EVENTS: Final = 32
 # Histogram values waiting to be counted into buckets, per definition (bounds the memory).
 _PENDING_LIMIT: Final = 4096
 

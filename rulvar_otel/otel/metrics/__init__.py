@@ -64,8 +64,9 @@ _MAX_ATTRIBUTE_CHARS: Final = 128
 _CACHE_LIMIT: Final = 4096
 
 # Events a recorder folds per batch (see _Folder): enough to keep the fold's code hot, few
-# enough that the queue holds a bounded handful of references.
-_BATCH_EVENTS: Final = 1024
+# enough that a batch's events are still in the CPU caches and none lives on into an older GC
+# generation (with the compiled folds, 32 beats 1,024 on the direct path: 1.18 against 1.25).
+_BATCH_EVENTS: Final = 32
 
 # The observable gauge whose callback folds queued events and flushes counter sums before each
 # collection; it never reports a value.
@@ -329,7 +330,7 @@ class MetricsRecorder:
     ``spans`` (the span mapper fed each event just before) gives every histogram observation its
     span as the exemplar.
 
-    Events are folded in batches: at most a few hundred observed events wait, and all of them
+    Events are folded in batches: at most a few dozen observed events wait, and all of them
     are folded and handed to the SDK at ``run:end``, at ``finish``, on :meth:`flush` and before
     any reader of the meter collects, so no collection misses an observed event. An observed
     event must not be mutated afterwards (parsed JSON never is).
