@@ -43,7 +43,7 @@ def test_quick_mode_prints_every_figure(tmp_path: Path) -> None:
         "write the OTLP/JSON file, direct path",
         "baseline: SDK path",
         "real OTLP/gRPC receiver in this process, direct path (every round received all",
-        "export over OTLP/HTTP protobuf to a receiver in this process (every round received all",
+        "export over OTLP/HTTP protobuf to a receiver in another process (every round received all",
         "baseline: OTLP/gRPC",
         "mypyc-compiled build (fresh process per round; request bytes identical across builds)",
         "baseline: pure Python",

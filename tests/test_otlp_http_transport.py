@@ -76,3 +76,19 @@ def test_an_empty_answer_is_a_delivery_with_nothing_rejected() -> None:
     transport, result = _answer(200, {}, b"")
     assert result.status_code == 200 and result.error is None
     assert transport.rejections.take() == (0, None)
+
+
+def test_a_plain_http_receiver_never_loads_the_trust_store_and_https_uses_the_configured_one() -> None:
+    # A CA file that does not exist: reading it would fail, so a success proves it was never read.
+    missing = "/nonexistent/rulvar-otel-test-ca.pem"
+    rejections = Rejections()
+    transport = BoundedHttpTransport(ExportTraceServiceResponse, "rejected_spans", rejections, verify=missing)
+    with HostileHttpReceiver(HttpAnswer.RAW) as receiver:
+        receiver.raw = (200, {"Content-Type": "application/x-protobuf"}, b"")
+        plain = transport.request("POST", f"{receiver.endpoint}/v1/traces", data=b"x", timeout=5)
+        secure_url = receiver.endpoint.replace("http://", "https://") + "/v1/traces"
+        secure = transport.request("POST", secure_url, data=b"x", timeout=5)
+    transport.close()
+    assert plain.error is None and plain.status_code == 200
+    # The https:// request builds its TLS context from the configured CA file, and fails on it.
+    assert secure.error is not None and "No such file" in (transport.last_error or "")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextvars
 import socket
 import ssl
+import threading
 import time
 import zlib
 from collections.abc import Iterable, Mapping
@@ -145,15 +146,11 @@ class BoundedHttpTransport(BaseHTTPTransport):
         cert: str | tuple[str, str] | None = None,
         interrupt: DeliveryInterrupt | None = None,
     ) -> None:
-        context = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
-        if verify is False:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        if isinstance(cert, tuple):
-            context.load_cert_chain(cert[0], cert[1])
-        elif cert:
-            context.load_cert_chain(cert)
-        self._pool = httpcore.ConnectionPool(ssl_context=context, network_backend=_DeadlineBackend(interrupt))
+        self._verify, self._cert = verify, cert
+        # One pool per scheme, made on first use: a plain http:// receiver never pays for loading
+        # the trust store (about 30 ms), an https:// one always gets the context built here.
+        self._pools: dict[bool, httpcore.ConnectionPool] = {}
+        self._pools_lock = threading.Lock()
         self._interrupt = interrupt
         self._response = response
         self._field = rejected_field
@@ -187,6 +184,30 @@ class BoundedHttpTransport(BaseHTTPTransport):
         finally:
             _deadline.reset(token)
 
+    def _tls_context(self) -> ssl.SSLContext:
+        verify, cert = self._verify, self._cert
+        context = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
+        if verify is False:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if isinstance(cert, tuple):
+            context.load_cert_chain(cert[0], cert[1])
+        elif cert:
+            context.load_cert_chain(cert)
+        return context
+
+    def _pool(self, url: str) -> httpcore.ConnectionPool:
+        tls = not url.lower().startswith("http://")
+        with self._pools_lock:
+            pool = self._pools.get(tls)
+            if pool is None:
+                # Without TLS no context is ever read; an https:// (or any other) URL gets ours.
+                context = self._tls_context() if tls else None
+                pool = self._pools[tls] = httpcore.ConnectionPool(
+                    ssl_context=context, network_backend=_DeadlineBackend(self._interrupt)
+                )
+            return pool
+
     def _failed(self, error: Exception) -> BaseHTTPResult:
         self.last_error = str(error) or type(error).__name__
         return _Result(error=error)
@@ -196,7 +217,7 @@ class BoundedHttpTransport(BaseHTTPTransport):
     ) -> BaseHTTPResult:
         timeouts = {"connect": limit, "read": limit, "write": limit, "pool": limit}
         sent = {**headers, "Accept-Encoding": "gzip, deflate"}
-        with self._pool.stream(
+        with self._pool(url).stream(
             method, url, headers=list(sent.items()), content=data, extensions={"timeout": timeouts}
         ) as response:
             status = response.status
@@ -233,7 +254,10 @@ class BoundedHttpTransport(BaseHTTPTransport):
         return isinstance(exception, httpcore.ConnectError | httpcore.RemoteProtocolError)
 
     def close(self) -> None:
-        self._pool.close()
+        with self._pools_lock:
+            pools = list(self._pools.values())
+        for pool in pools:
+            pool.close()
 
 
 def _parse_json(body: bytes, message: Message) -> None:
