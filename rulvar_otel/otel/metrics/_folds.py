@@ -139,23 +139,35 @@ class FoldState:
     # agent spanId -> [live invocations ended, live tool calls ended] while the agent is open
     agent_calls: dict[str, list[int]] = field(default_factory=dict)
     # What several definitions read from one event (an attribute tuple, a duration), built once
-    # for that event, by builder (holding the event also keeps its id from being reused by the
-    # next one). `advance` drops them: the same object observed again later must be read against
-    # the state of that time.
+    # for that event: two slots of (builder, value), as no event type has more than two builders
+    # (a third would only be rebuilt). Holding the event also keeps its id from being reused by
+    # the next one; `advance` drops it: the same object observed again later must be read
+    # against the state of that time.
     _shared_event: Any = None
-    _shared: dict[Any, Any] = field(default_factory=dict)
+    _first_build: Any = None
+    _first_value: Any = None
+    _second_build: Any = None
+    _second_value: Any = None
     # model ref -> model(ref): a run names a handful of models, on most of its events
     _models: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def shared(self, event: WireEvent, build: Callable[[FoldState, WireEvent], _T]) -> _T:
         """``build(self, event)``, computed once per event however many folds ask for it."""
-        shared = self._shared
         if self._shared_event is not event:
-            shared.clear()
             self._shared_event = event
-        elif build in shared:
-            return shared[build]  # type: ignore[no-any-return]
-        value = shared[build] = build(self, event)
+            self._second_build = self._second_value = None
+        elif self._first_build is build:
+            return self._first_value  # type: ignore[no-any-return]
+        elif self._second_build is build:
+            return self._second_value  # type: ignore[no-any-return]
+        else:
+            # A second builder for this event: the first slot's value moves down.
+            value = build(self, event)
+            self._second_build, self._second_value = self._first_build, self._first_value
+            self._first_build, self._first_value = build, value
+            return value
+        value = build(self, event)
+        self._first_build, self._first_value = build, value
         return value
 
     def model(self, value: Any) -> tuple[str, str]:
@@ -183,8 +195,9 @@ class FoldState:
     def advance(self, event: WireEvent) -> None:
         """Move the state past one live event (called after that event's folds ran)."""
         self._shared_event = None
-        self._shared.clear()
         kind = event.get("type")
+        if not isinstance(kind, str):
+            return  # no type this reads (and kind is a str below: compiled, a direct comparison)
         # The calls of a live agent first: they are most of a stream's folded events.
         if kind == "agent:phase:end" or kind == "tool:end":
             span_id = event.get("spanId")
