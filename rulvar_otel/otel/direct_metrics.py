@@ -381,10 +381,10 @@ class RunMetrics:
         self._finished = False
 
     def feed(self, event: Mapping[str, Any]) -> None:
-        wire = event if type(event) is dict else as_wire_dict(event)
         try:
+            wire = event if type(event) is dict else as_wire_dict(event)
             plan = self._plans.get(wire.get("type"))
-        except TypeError:  # an unhashable type: no definition reads it
+        except Exception:  # noqa: BLE001 - an unhashable type, an uncopyable mapping: nothing reads it
             return
         if plan is None:
             return  # no definition reads it: skipped after one lookup
