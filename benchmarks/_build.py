@@ -91,7 +91,8 @@ def select_build(argv: Sequence[str]) -> Selected:
     if "rulvar_otel" in sys.modules:
         raise RuntimeError("select_build must run before anything imports rulvar_otel")
     selected = Selected(_ROOT, Path.cwd())
-    if known.build == "compiled":
+    asks_help = any(arg in ("-h", "--help") for arg in argv)
+    if known.build == "compiled" and not asks_help:
         try:
             selected = Selected(compiled_site(), Path.cwd())
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:

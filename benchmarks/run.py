@@ -142,6 +142,6 @@ def main(argv: Sequence[str] | None = None, *, selected: Selected | None = None)
 
     sys.stdout.write(build + "\n" + table(figures) + "\n")
     if args.json is not None:
-        args.json.write_text(json.dumps([f.as_json() for f in figures], indent=2) + "\n")
+        (origin / args.json).write_text(json.dumps([f.as_json() for f in figures], indent=2) + "\n")
     missed = [f for f in figures if f.met is False]
     return 1 if (args.check and missed) else 0
