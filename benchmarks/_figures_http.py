@@ -128,8 +128,7 @@ def bench_http(stream: Path, rounds: int, *, compression: str = "none") -> list[
         t = interleaved({"grpc": case("grpc"), "http": case("http")}, rounds)
     finally:
         receivers.close()
-    seen = taken
-    complete = all(c == (spans, span_events) for c in seen["grpc"] + seen["http"])
+    complete = all(c == (spans, span_events) for c in taken["grpc"] + taken["http"])
     ratio = t.ratio("http", "grpc")
     shown = "" if compression == "none" else f", {compression}"
     return [
@@ -143,6 +142,6 @@ def bench_http(stream: Path, rounds: int, *, compression: str = "none") -> list[
             ratio,
             "<= 1.10 x OTLP/gRPC, zero dropped",
             ratio <= 1.1 and complete,
-            [] if complete else [f"received per round: grpc {seen['grpc']}, http {seen['http']}"],
+            [] if complete else [f"received per round: grpc {taken['grpc']}, http {taken['http']}"],
         )
     ]

@@ -355,8 +355,11 @@ class MetricsRecorder:
         self._release = weakref.finalize(self, _release, hook, self._folder)
         self._finished = False
 
-    def observe(self, event: Mapping[str, Any] | EventModel) -> None:
-        """Fold one event (now or in the next batch). Never raises."""
+    def feed(self, event: Mapping[str, Any] | EventModel) -> None:
+        """Fold one event (now or in the next batch). Never raises.
+
+        The drain's Sink protocol: the recorder is fed like every other consumer of a run.
+        """
         try:
             wire = event if type(event) is dict else as_wire_dict(event)
             kind = wire.get("type")
@@ -378,9 +381,9 @@ class MetricsRecorder:
         except Exception:  # noqa: BLE001 - telemetry never breaks the host
             _log.debug("metrics: event skipped", exc_info=True)
 
-    def feed(self, event: Mapping[str, Any] | EventModel) -> None:
-        """:meth:`observe`: the drain's Sink protocol, the recorder fed like every other consumer."""
-        self.observe(event)
+    def observe(self, event: Mapping[str, Any] | EventModel) -> None:
+        """:meth:`feed`, by the name a host calling the recorder itself reads best."""
+        self.feed(event)
 
     def flush(self) -> None:
         """Fold every queued event and hand the counter sums to the SDK now. Never raises.

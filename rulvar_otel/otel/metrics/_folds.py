@@ -139,10 +139,10 @@ class FoldState:
     # agent spanId -> [live invocations ended, live tool calls ended] while the agent is open
     agent_calls: dict[str, list[int]] = field(default_factory=dict)
     # What several definitions read from one event (an attribute tuple, a duration), built once
-    # for that event: two slots of (builder, value), as no event type has more than two builders
-    # (a third would only be rebuilt). Holding the event also keeps its id from being reused by
-    # the next one; `advance` drops it: the same object observed again later must be read
-    # against the state of that time.
+    # for that event: the two builders asked last, with their values (an agent:end's folds ask
+    # for three in an order two slots serve without rebuilding; a rebuild would only cost time).
+    # Holding the event also keeps its id from being reused by the next one; `advance` drops it:
+    # the same object observed again later must be read against the state of that time.
     _shared_event: Any = None
     _first_build: Any = None
     _first_value: Any = None
