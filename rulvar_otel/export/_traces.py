@@ -52,11 +52,9 @@ from rulvar_otel.export._settings import (
     with_signal_path,
 )
 from rulvar_otel.export._transport import (
-    MAX_RESPONSE_BYTES,
     DeliveryInterrupt,
     DeliveryInterruptedError,
     Rejections,
-    capture_grpc_rejections,
     tls_settings,
 )
 from rulvar_otel.otel import semconv
@@ -205,37 +203,28 @@ def _make_otlp_exporter(
     *,
     direct: bool = False,
 ) -> SpanExporter:
-    """The library's OTLP exporter for ``target``, recording ``partial_success`` rejections.
+    """The OTLP exporter for ``target``, recording ``partial_success`` rejections.
 
-    HTTP goes through :class:`BoundedHttpTransport` (time, size and redirect bounds); gRPC gets
-    the same answer bound from its receive limit and its deadline. ``direct`` picks the subclass
-    that sends a direct batch's prebuilt request (the same exporter otherwise).
+    HTTP is the library's exporter over :class:`BoundedHttpTransport` (time, size and redirect
+    bounds); ``direct`` picks its subclass that sends a direct batch's prebuilt request. gRPC is
+    :class:`GrpcSpanSender` (the same exchange without the library's all-signal imports), whose
+    answer is bounded by its receive limit and its deadline.
     """
     gzip = target.compression == "gzip"
     if target.protocol == "grpc":
-        import grpc
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-            OTLPSpanExporter as GrpcSpanExporter,
-        )
+        from rulvar_otel.export._grpc_transport import GrpcSpanSender
 
-        from rulvar_otel.otel.direct import grpc_span_exporter
-
-        make: Callable[..., SpanExporter] = grpc_span_exporter if direct else GrpcSpanExporter
-        exporter = make(
-            endpoint=target.endpoint,
-            insecure=urlsplit(target.endpoint).scheme == "http",
-            headers=dict(target.headers),
-            timeout=target.timeout_s,
-            compression=grpc.Compression.Gzip if gzip else grpc.Compression.NoCompression,
-            # The collector's default limit is 4 MiB; the gRPC client's own send limit must not
-            # be the thing that drops a batch. An answer is small: its limit bounds a hostile one.
-            channel_options=(
-                ("grpc.max_send_message_length", -1),
-                ("grpc.max_receive_message_length", MAX_RESPONSE_BYTES),
-            ),  # type: ignore[arg-type]
+        verify, cert = tls_settings(env, "TRACES")
+        return GrpcSpanSender(
+            target.endpoint,
+            headers=target.headers,
+            timeout_s=target.timeout_s,
+            gzip=gzip,
+            rejections=rejections,
+            interrupt=interrupt,
+            verify=verify,
+            cert=cert,
         )
-        capture_grpc_rejections(exporter, "rejected_spans", rejections, interrupt)
-        return exporter
     from opentelemetry.exporter.otlp.proto.http import Compression as HttpCompression
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
         OTLPSpanExporter as HttpSpanExporter,

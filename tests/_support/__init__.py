@@ -37,7 +37,7 @@ Dashboards and alert rules (``_dashboards``)
     ``spanmetrics_panel_queries``, ``DASHBOARDS``, ``PROMETHEUS_DIR``, ``ALERTS``, ``ALERTS_TEST``.
 OTLP receivers that answer badly (``_hostile_receivers``)
     ``HostileHttpReceiver`` / ``HttpAnswer``, ``HostileGrpcReceiver`` / ``GrpcAnswer``,
-    ``REJECTION_MESSAGE``.
+    ``ScriptedGrpcReceiver`` / ``retry_info``, ``REJECTION_MESSAGE``.
 OTLP receivers on loopback (``_receivers``)
     ``GrpcTraceReceiver``, ``HttpTraceReceiver``, ``TraceReceiver``, ``ReceivedSpan``,
     ``GrpcMetricsReceiver``, ``attributes_of``, ``span_index``, ``closed_port``.
@@ -121,6 +121,8 @@ from tests._support._hostile_receivers import (
     HostileGrpcReceiver,
     HostileHttpReceiver,
     HttpAnswer,
+    ScriptedGrpcReceiver,
+    retry_info,
 )
 from tests._support._metric_streams import (
     T0,
@@ -208,6 +210,8 @@ __all__ = [
     "GrpcAnswer",
     "HostileGrpcReceiver",
     "HostileHttpReceiver",
+    "ScriptedGrpcReceiver",
+    "retry_info",
     "HttpAnswer",
     "reference_span_count",
     "require_tool",

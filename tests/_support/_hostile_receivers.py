@@ -2,7 +2,8 @@
 
 :class:`HostileHttpReceiver` serves ``POST /v1/traces`` and ``/v1/metrics`` with one
 :class:`HttpAnswer` behaviour; :class:`HostileGrpcReceiver` serves the trace and metrics services
-answering ``partial_success`` or stalling. Both count the requests they received and are context
+answering ``partial_success`` or stalling; :class:`ScriptedGrpcReceiver` answers each trace export
+with the next status of a script (then OK). All count the requests they received and are context
 managers.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import enum
 import gzip
 import threading
+from collections.abc import Sequence
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -20,7 +22,15 @@ import grpc
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-__all__ = ["GrpcAnswer", "HostileGrpcReceiver", "HostileHttpReceiver", "HttpAnswer", "REJECTION_MESSAGE"]
+__all__ = [
+    "GrpcAnswer",
+    "HostileGrpcReceiver",
+    "HostileHttpReceiver",
+    "HttpAnswer",
+    "REJECTION_MESSAGE",
+    "ScriptedGrpcReceiver",
+    "retry_info",
+]
 
 REJECTION_MESSAGE = "quota exceeded for tenant"
 # Inflates to 64 MiB; its gzip form is about 64 KiB.
@@ -216,5 +226,72 @@ class HostileGrpcReceiver:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop.set()
+        if self._server is not None:
+            self._server.stop(grace=None).wait(5)
+
+
+def retry_info(delay_s: float) -> bytes:
+    """The ``google.rpc.RetryInfo`` a receiver puts in its trailing metadata to ask for a delay."""
+    from google.rpc.error_details_pb2 import RetryInfo  # type: ignore[import-untyped]
+
+    info = RetryInfo()
+    info.retry_delay.seconds = int(delay_s)
+    info.retry_delay.nanos = int((delay_s - int(delay_s)) * 1e9)
+    return bytes(info.SerializeToString())
+
+
+class ScriptedGrpcReceiver:
+    """An OTLP/gRPC trace receiver failing the first exports as scripted, then answering OK.
+
+    Each script entry is ``(status, details, retry_delay_s)``: the export aborts with that status,
+    with a ``RetryInfo`` trailer when a delay is given. Every request's metadata and span count is
+    kept in order (:attr:`calls`); ``fail_forever`` repeats the last entry instead of answering OK.
+    """
+
+    def __init__(
+        self, script: Sequence[tuple[grpc.StatusCode, str, float | None]], *, fail_forever: bool = False
+    ) -> None:
+        self.script = list(script)
+        self.fail_forever = fail_forever
+        self.lock = threading.Lock()
+        self.calls: list[tuple[dict[str, str], int]] = []
+        self.port = 0
+        self._server: grpc.Server | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _answer(self, request: Any, context: Any) -> Any:
+        spans = sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans)
+        with self.lock:
+            self.calls.append((dict(context.invocation_metadata()), spans))
+            entry = self.script.pop(0) if self.script else None
+            if entry is not None and self.fail_forever and not self.script:
+                self.script.append(entry)
+        if entry is not None:
+            status, details, delay = entry
+            if delay is not None:
+                context.set_trailing_metadata((("google.rpc.retryinfo-bin", retry_info(delay)),))
+            context.abort(status, details)
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+    def __enter__(self) -> ScriptedGrpcReceiver:
+        receiver = self
+
+        class Traces(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
+            def Export(self, request: Any, context: Any) -> Any:
+                return receiver._answer(request, context)
+
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), server)  # type: ignore[no-untyped-call]
+        self.port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        self._server = server
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self._server is not None:
             self._server.stop(grace=None).wait(5)
