@@ -15,8 +15,10 @@ request's deadline), so that:
 :class:`BoundedHttpTransport` itself lives in ``_http_transport``, imported by an HTTP export
 only (``httpcore``, ``ssl`` and the exporter library's HTTP types cost a gRPC or file export
 nothing).
-The OTLP/gRPC exporters get the same accounting from :func:`capture_grpc_rejections`, which wraps
-the library's stub so the ``Export`` response's ``partial_success`` is read instead of dropped.
+Over OTLP/gRPC, spans go through ``_grpc_transport.GrpcSpanSender``, which reads the answer's
+``partial_success`` itself; the library's metric exporter gets the same accounting from
+:func:`capture_grpc_rejections`, which wraps its stub so the ``Export`` response is read instead
+of dropped.
 """
 
 from __future__ import annotations
