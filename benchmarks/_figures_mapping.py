@@ -107,7 +107,6 @@ def bench_floor(stream: Path, rounds: int) -> tuple[list[Figure], int, int]:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from benchmarks._floor import capture, new_tracer, replay, signature
-    from benchmarks._live_floor import capture_calls, compile_calls
     from benchmarks._timing import interleaved
     from rulvar_otel.otel import export_events
 
@@ -122,25 +121,11 @@ def bench_floor(stream: Path, rounds: int) -> tuple[list[Figure], int, int]:
     if not identical:
         raise SystemExit("benchmark error: the floor's spans differ from the exporter's")
 
-    # The streaming floor: the exporter's own SDK calls, replayed without the mapping.
-    memory = InMemorySpanExporter()
-    provider, tracer = new_tracer(memory)
-    streaming = compile_calls(capture_calls(events, tracer))
-    provider.shutdown()
-    memory_replayed = InMemorySpanExporter()
-    provider, tracer = new_tracer(memory_replayed)
-    streaming(tracer)
-    provider.shutdown()
-    if signature(memory_replayed.get_finished_spans()) != signature(memory.get_finished_spans()):
-        raise SystemExit("benchmark error: the streaming floor's spans differ from the exporter's")
-
     _, floor_tracer = new_tracer()
-    _, streaming_tracer = new_tracer()
     _, export_tracer = new_tracer()
     t = interleaved(
         {
             "floor": lambda: replay(script, floor_tracer),
-            "streaming floor": lambda: streaming(streaming_tracer),
             "exporter": lambda: export_events(events, export_tracer),
         },
         rounds,
@@ -158,22 +143,7 @@ def bench_floor(stream: Path, rounds: int) -> tuple[list[Figure], int, int]:
             "<= 1.25 x floor",
             ratio <= 1.25,
             ["floor verified: same spans, parents, attributes, events, times, status"],
-        ),
-        Figure(
-            "sdk floor",
-            "exporter against the streaming floor: its own SDK calls (end attributes set on live "
-            "spans), replayed as straight-line code",
-            f"{t.median('streaming floor') * 1e3:8.1f} ms streaming floor",
-            f"floor {t.median('floor') * 1e3:8.1f} ms",
-            t.ratio("exporter", "streaming floor"),
-            "",
-            None,
-            [
-                f"streaming floor / floor {t.ratio('streaming floor', 'floor'):.2f}: what an exporter "
-                "fed one event at a time must ask of the SDK beyond the floor's calls",
-                "the ratio is the mapping alone (parsing, state machine, masking); verified: same spans",
-            ],
-        ),
+        )
     ]
     return figures, len(script.spans), script.span_events
 
