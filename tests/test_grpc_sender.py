@@ -108,6 +108,22 @@ def test_a_retry_delay_past_the_deadline_ends_the_attempts(spans: Spans) -> None
     assert exporter.error is not None and exporter.error.startswith("RESOURCE_EXHAUSTED after 1 attempt")
 
 
+def test_a_last_attempt_cut_by_the_deadline_still_names_the_first_failure(spans: Spans) -> None:
+    script = [
+        (EXHAUSTED, "received message larger than max", 0.05),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded", None),
+    ]
+    with ScriptedGrpcReceiver(script) as receiver:
+        exporter = sender(receiver.endpoint, timeout_s=1.5)
+        assert exporter.export(spans) is SpanExportResult.FAILURE
+        exporter.shutdown()
+    assert len(receiver.calls) == 2
+    assert exporter.error == (
+        "DEADLINE_EXCEEDED after 2 attempts: Deadline Exceeded "
+        "(first attempt: RESOURCE_EXHAUSTED: received message larger than max)"
+    )
+
+
 def test_attempts_stop_at_the_librarys_limit(spans: Spans) -> None:
     with ScriptedGrpcReceiver([(UNAVAILABLE, "down", 0.01)], fail_forever=True) as receiver:
         exporter = sender(receiver.endpoint)

@@ -15,7 +15,8 @@ with what it needs (``grpc`` and the trace service's messages), under the same c
   deadline allows, at most six attempts; ``UNAVAILABLE`` on the first attempt reconnects;
 - the answer's ``partial_success`` is recorded in :class:`Rejections`;
 - a :class:`DeliveryInterrupt` cut cancels the call in flight (:class:`DeliveryInterruptedError`);
-- a failed batch leaves :attr:`GrpcSpanSender.error`: the status name, attempts and details.
+- a failed batch leaves :attr:`GrpcSpanSender.error`: the status name, attempts and details, and
+  the first attempt's status when it differed (a last attempt cut by the deadline hides nothing).
 
 A direct batch sends its prebuilt request bytes; any other span sequence is encoded by the
 library's own encoder first.
@@ -107,6 +108,7 @@ class GrpcSpanSender(SpanExporter):
         self._channel: grpc.Channel | None = None
         self._call: Any = None
         self._closing = threading.Event()
+        self._first_failure = ("", "")
         self.error: str | None = None
 
     # --- the SpanExporter interface -------------------------------------------------------------
@@ -165,11 +167,17 @@ class GrpcSpanSender(SpanExporter):
     def _after_failure(self, error: grpc.RpcError, attempt: int, deadline: float) -> float | None:
         """The wait before the next attempt, or None when this failure is final (``error`` set)."""
         code = _code(error)
-        details = _details(error)
         name = code.name if code is not None else "UNKNOWN"
-        self.error = f"{name} after {attempt + 1} attempt{'s' if attempt else ''}" + (
-            f": {details}" if details else ""
-        )
+        details = _details(error)
+        said = f"{name}: {details}" if details else name
+        if attempt == 0:
+            self._first_failure = (name, said)
+        plural = "s" if attempt else ""
+        self.error = f"{name} after {attempt + 1} attempt{plural}" + (f": {details}" if details else "")
+        first_name, first_said = self._first_failure
+        if first_name != name:
+            # A last attempt cut by the deadline must not hide why the first one failed.
+            self.error += f" (first attempt: {first_said})"
         if code not in RETRYABLE_CODES or attempt + 1 >= MAX_ATTEMPTS or self._closing.is_set():
             return None
         asked = _retry_delay(error)

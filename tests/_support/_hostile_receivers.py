@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import gzip
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -155,6 +155,38 @@ class HostileHttpReceiver:
             self._server.server_close()
 
 
+def _serve_grpc(*services: tuple[Callable[[Any, grpc.Server], None], Any]) -> tuple[grpc.Server, int]:
+    """A started gRPC server on a free loopback port, with ``(add_servicer, servicer)`` pairs."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    for add, servicer in services:
+        add(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return server, port
+
+
+class _GrpcServing:
+    """A loopback gRPC server's port, endpoint and shutdown, for the receivers below."""
+
+    port = 0
+    _server: grpc.Server | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _closing(self) -> None:
+        """Called first on exit: release whatever a handler is waiting on."""
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._closing()
+        if self._server is not None:
+            self._server.stop(grace=None).wait(5)
+            self._server = None
+
+
 class GrpcAnswer(enum.Enum):
     PARTIAL = "partial"
     STALL = "stall"
@@ -166,7 +198,7 @@ class GrpcAnswer(enum.Enum):
 HUGE_MESSAGE_BYTES = 3 * 1024 * 1024
 
 
-class HostileGrpcReceiver:
+class HostileGrpcReceiver(_GrpcServing):
     """An OTLP/gRPC trace and metrics receiver answering ``partial_success``, stalling, or
     answering a gzip-compressed message that inflates hugely."""
 
@@ -176,12 +208,9 @@ class HostileGrpcReceiver:
         self.lock = threading.Lock()
         self.requests = 0
         self.stop = threading.Event()
-        self.port = 0
-        self._server: grpc.Server | None = None
 
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    def _closing(self) -> None:
+        self.stop.set()
 
     def _received(self) -> None:
         with self.lock:
@@ -214,20 +243,11 @@ class HostileGrpcReceiver:
                 response.partial_success.error_message = receiver._message(context)
                 return response
 
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), server)  # type: ignore[no-untyped-call]
-        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(), server)  # type: ignore[no-untyped-call]
-        self.port = server.add_insecure_port("127.0.0.1:0")
-        server.start()
-        self._server = server
+        self._server, self.port = _serve_grpc(
+            (trace_service_pb2_grpc.add_TraceServiceServicer_to_server, Traces()),
+            (metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server, Metrics()),
+        )
         return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop.set()
-        if self._server is not None:
-            self._server.stop(grace=None).wait(5)
 
 
 def retry_info(delay_s: float) -> bytes:
@@ -240,7 +260,7 @@ def retry_info(delay_s: float) -> bytes:
     return bytes(info.SerializeToString())
 
 
-class ScriptedGrpcReceiver:
+class ScriptedGrpcReceiver(_GrpcServing):
     """An OTLP/gRPC trace receiver failing the first exports as scripted, then answering OK.
 
     Each script entry is ``(status, details, retry_delay_s)``: the export aborts with that status,
@@ -255,12 +275,6 @@ class ScriptedGrpcReceiver:
         self.fail_forever = fail_forever
         self.lock = threading.Lock()
         self.calls: list[tuple[dict[str, str], int]] = []
-        self.port = 0
-        self._server: grpc.Server | None = None
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def _answer(self, request: Any, context: Any) -> Any:
         spans = sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans)
@@ -283,15 +297,6 @@ class ScriptedGrpcReceiver:
             def Export(self, request: Any, context: Any) -> Any:
                 return receiver._answer(request, context)
 
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), server)  # type: ignore[no-untyped-call]
-        self.port = server.add_insecure_port("127.0.0.1:0")
-        server.start()
-        self._server = server
+        add = trace_service_pb2_grpc.add_TraceServiceServicer_to_server
+        self._server, self.port = _serve_grpc((add, Traces()))
         return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if self._server is not None:
-            self._server.stop(grace=None).wait(5)
