@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.export import ExportOptions, MetricsSetup, build_meter_provider, build_metrics_delivery
+from rulvar_otel.export._grpc_transport import GrpcSpanSender
 from rulvar_otel.export._settings import read_compression
 from rulvar_otel.export._traces import resolve_destinations
 from rulvar_otel.otel import export_events
@@ -132,14 +133,22 @@ def test_the_cli_refuses_a_bad_compression_before_exporting(monkeypatch: pytest.
     assert receiver.requests == []
 
 
-@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
-def test_only_the_direct_pipeline_gets_the_prebuilt_request_exporters(protocol: str) -> None:
-    options = ExportOptions(endpoint="http://127.0.0.1:4318", protocol=protocol)
+def test_only_the_direct_pipeline_gets_the_prebuilt_request_http_exporter() -> None:
+    options = ExportOptions(endpoint="http://127.0.0.1:4318", protocol="http/protobuf")
     (direct,) = resolve_destinations(options, environ={}, direct=True).exporters
     (sdk,) = resolve_destinations(options, environ={}).exporters
     direct_class, sdk_class = type(direct._inner), type(sdk._inner)
     assert direct_class.__name__.startswith("Direct") and issubclass(direct_class, sdk_class)
     assert not sdk_class.__name__.startswith("Direct")
+    direct.shutdown()
+    sdk.shutdown()
+
+
+def test_both_pipelines_send_over_grpc_through_the_one_sender() -> None:
+    options = ExportOptions(endpoint="http://127.0.0.1:4317", protocol="grpc")
+    (direct,) = resolve_destinations(options, environ={}, direct=True).exporters
+    (sdk,) = resolve_destinations(options, environ={}).exporters
+    assert type(direct._inner) is GrpcSpanSender and type(sdk._inner) is GrpcSpanSender
     direct.shutdown()
     sdk.shutdown()
 
