@@ -5,15 +5,15 @@ through the CLI into a real OTLP/gRPC receiver.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks._report import CACHE, REPO, Figure, say
+from benchmarks._report import CACHE, Figure, say
 
 __all__ = ["bench_e2e", "bench_scale"]
 
@@ -25,13 +25,14 @@ def _scale_point(stream: Path, events: int, tracer: str) -> dict[str, Any]:
     started = time.perf_counter()
     path = generate(stream, events, CACHE / f"{stream.stem}-{events}.jsonl")
     say(f"  stream of {events} events ready ({time.perf_counter() - started:.1f} s); exporting ({tracer})")
+    # The worker inherits the build this run measures (first on PYTHONPATH) and starts outside the
+    # checkout, so `-m`'s working directory on sys.path cannot put the sources before it.
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks._scale", str(path), "--baseline", str(stream), "--tracer", tracer],
-        cwd=REPO,
+        cwd=tempfile.gettempdir(),
         capture_output=True,
         text=True,
         check=False,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])},
     )
     if done.returncode != 0:
         raise SystemExit(f"scale worker failed:\n{done.stderr[-3000:]}")
@@ -59,7 +60,9 @@ def bench_scale(
             relative = rate / base_rate
             judged = events == target_events
             fits.setdefault(tracer, []).append((r["events"], r["seconds"]))
-            notes = [] if r["peak_reset"] else ["peak RSS mark could not be reset: growth is an upper bound"]
+            notes = [f"worker build: {r['build']}"]
+            if not r["peak_reset"]:
+                notes.append("peak RSS mark could not be reset: growth is an upper bound")
             figures.append(
                 Figure(
                     "scale",

@@ -20,6 +20,8 @@ from typing import Any
 
 import orjson
 
+from rulvar_otel._build import build_label
+
 __all__ = ["generate", "generated_lines"]
 
 _ID_FIELDS = ("spanId", "parentSpanId")
@@ -179,6 +181,7 @@ def _worker(argv: list[str]) -> None:
         "peak_reset": reset,
         "baseline_events": baseline_events,
         "baseline_seconds": baseline,
+        "build": build_label(),
     }
     sys.stdout.write(json.dumps(result) + "\n")
 
