@@ -40,8 +40,8 @@ from rulvar_otel._version import __version__
 from rulvar_otel.export._transport import (
     MAX_RESPONSE_BYTES,
     DeliveryInterrupt,
-    DeliveryInterruptedError,
     Rejections,
+    grpc_call,
 )
 from rulvar_otel.otel._encode import EncodedBatch
 
@@ -63,7 +63,6 @@ RETRYABLE_CODES: Final = frozenset(
 MAX_ATTEMPTS: Final = 6
 _RETRY_INFO_KEY: Final = "google.rpc.retryinfo-bin"
 _MAX_DETAILS_CHARS: Final = 500
-_INTERRUPTED: Final = "the export was interrupted before the receiver answered"
 # A PEM bundle of a few hundred certificates is well under this.
 MAX_TLS_FILE_BYTES: Final = 16 * 1024 * 1024
 
@@ -126,7 +125,8 @@ class GrpcSpanSender(SpanExporter):
                 self.error = f"cannot read a TLS file: {exc.strerror or exc} ({exc.filename})"
                 return SpanExportResult.FAILURE
             try:
-                response = self._send(call, request, deadline - time.monotonic())
+                timeout = max(deadline - time.monotonic(), 0.0)
+                response = grpc_call(call, self._interrupt, request, metadata=self._metadata, timeout=timeout)
             except grpc.RpcError as error:
                 backoff = self._after_failure(error, attempt, deadline)
                 if backoff is None or self._closing.wait(backoff):
@@ -148,21 +148,6 @@ class GrpcSpanSender(SpanExporter):
             channel.close()
 
     # --- one exchange ---------------------------------------------------------------------------
-
-    def _send(self, call: Any, request: bytes, remaining_s: float) -> ExportTraceServiceResponse:
-        interrupt = self._interrupt
-        if interrupt is None:
-            return call(request, metadata=self._metadata, timeout=max(remaining_s, 0.0))  # type: ignore[no-any-return]
-        if interrupt.cut.is_set():
-            raise DeliveryInterruptedError(_INTERRUPTED)
-        future = call.future(request, metadata=self._metadata, timeout=max(remaining_s, 0.0))
-        key = interrupt.watch(future.cancel)
-        try:
-            return future.result()  # type: ignore[no-any-return]
-        except grpc.FutureCancelledError:
-            raise DeliveryInterruptedError(_INTERRUPTED) from None
-        finally:
-            interrupt.unwatch(key)
 
     def _after_failure(self, error: grpc.RpcError, attempt: int, deadline: float) -> float | None:
         """The wait before the next attempt, or None when this failure is final (``error`` set)."""

@@ -38,6 +38,7 @@ __all__ = [
     "ResponseError",
     "Rejections",
     "capture_grpc_rejections",
+    "grpc_call",
     "tls_settings",
 ]
 
@@ -170,28 +171,29 @@ class _RecordingStub:
         self._interrupt = interrupt
 
     def Export(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802 - the stub's method name
-        interrupt = self._interrupt
-        if interrupt is None:
-            response = self._stub.Export(*args, **kwargs)
-        else:
-            response = self._cancellable(interrupt, *args, **kwargs)
+        response = grpc_call(self._stub.Export, self._interrupt, *args, **kwargs)
         if isinstance(response, Message):
             self._rejections.read(response, self._field)
         return response
 
-    def _cancellable(self, interrupt: DeliveryInterrupt, *args: Any, **kwargs: Any) -> Any:
-        import grpc
 
-        if interrupt.cut.is_set():
-            raise DeliveryInterruptedError(_INTERRUPTED)
-        call = self._stub.Export.future(*args, **kwargs)
-        key = interrupt.watch(call.cancel)
-        try:
-            return call.result()
-        except grpc.FutureCancelledError:
-            raise DeliveryInterruptedError(_INTERRUPTED) from None
-        finally:
-            interrupt.unwatch(key)
+def grpc_call(method: Any, interrupt: DeliveryInterrupt | None, *args: Any, **kwargs: Any) -> Any:
+    """``method(*args, **kwargs)``, a gRPC unary call; an ``interrupt``'s cut cancels it in flight
+    (:class:`DeliveryInterruptedError`, also raised at once when the cut came first)."""
+    if interrupt is None:
+        return method(*args, **kwargs)
+    import grpc
+
+    if interrupt.cut.is_set():
+        raise DeliveryInterruptedError(_INTERRUPTED)
+    call = method.future(*args, **kwargs)
+    key = interrupt.watch(call.cancel)
+    try:
+        return call.result()
+    except grpc.FutureCancelledError:
+        raise DeliveryInterruptedError(_INTERRUPTED) from None
+    finally:
+        interrupt.unwatch(key)
 
 
 def tls_settings(env: Mapping[str, str], signal: str) -> tuple[bool | str, str | tuple[str, str] | None]:
