@@ -175,7 +175,7 @@ def _direct_exporter() -> Run:
     class Encoding(SpanExporter):
         def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
             assert isinstance(spans, EncodedBatch)
-            spans.request().SerializeToString()
+            spans.request_bytes()
             return SpanExportResult.SUCCESS
 
     def run(path: Path) -> tuple[int, list[float]]:

@@ -84,14 +84,15 @@ class AgentLifecycle(Generic[P]):
     """Open agent spans by ``spanId``, and the ids of closed ones (so a repeat stays a repeat).
 
     A closed span's record is released at its end (the caller holds it from then on); only its id
-    stays, so the memory of a long run grows by one id per agent, not by one record.
+    stays, so the memory of a long run grows by one id per agent, not by one record. The ids are
+    a dict's keys, not a set's: a dict of strings is not tracked by the garbage collector.
     """
 
     __slots__ = ("_closed", "_open")
 
     def __init__(self) -> None:
         self._open: dict[str, AgentSpan[P]] = {}
-        self._closed: set[str] = set()
+        self._closed: dict[str, None] = {}
 
     def __len__(self) -> int:
         """How many agent spans are open."""
@@ -114,7 +115,7 @@ class AgentLifecycle(Generic[P]):
         record = self._open.pop(key, None)
         if record is not None:
             record.open = False
-            self._closed.add(key)
+            self._closed[key] = None
         return record
 
     def get(self, span_id: object) -> AgentSpan[P] | None:

@@ -37,7 +37,6 @@ from rulvar_otel.otel._scopes import innermost_open, innermost_scope, scope_clos
 from rulvar_otel.otel._span_state import (
     AGENT,
     CHILD,
-    ENDED_INVOCATION,
     IDENTITY_PREFIX,
     INVOCATION,
     OPENINFERENCE_KIND,
@@ -45,13 +44,17 @@ from rulvar_otel.otel._span_state import (
     RUN,
     SCOPE_TYPES,
     TOOL,
+    InvocationSpans,
     LiveSpan,
     MappedSpan,
+    RetiredSpan,
     child_context,
     end_span,
     expand_context,
     full_context,
     kept_context,
+    keyed,
+    retire,
     template_shape,
 )
 from rulvar_otel.otel._tool_pairing import ToolPairing, tool_keys
@@ -94,10 +97,11 @@ class SpanMapper:
         self._mask: Callable[[str], str] = MaskMemo(masker.mask_flat).__getitem__
         self._run_id = run_id
         self._masked_run_id = self._mask(run_id) if run_id is not None else None
-        self._by_span_id: dict[str, MappedSpan] = {}
+        # Spans by spanId; an ended one mostly as a RetiredSpan (see keyed).
+        self._by_span_id: dict[str, MappedSpan | RetiredSpan] = {}
         # Agent spans pair through the one lifecycle every consumer shares; the payload is the span.
         self._agents: AgentLifecycle[MappedSpan] = AgentLifecycle()
-        self._invocations: dict[tuple[str, object], MappedSpan] = {}
+        self._invocations = InvocationSpans()
         self._tools = ToolPairing()
         self._open: list[MappedSpan] = []  # start order; ended entries are popped lazily from the top
         # Still-open spans inside a closed scope: they host no more events, but must still be ended.
@@ -349,12 +353,14 @@ class SpanMapper:
             span.set_status(STATUS_ERROR if message is None else Status(StatusCode.ERROR, message))
         end_span(rec, span, ns, self._template)  # _end inlined: span is known to be set
         self._open_live -= 1
+        retire(self._by_span_id, rec, self._template)
 
     def _end(self, rec: MappedSpan, ns: int) -> None:
         span = rec.span
         if span is not None:
             end_span(rec, span, ns, self._template)
             self._open_live -= 1
+            retire(self._by_span_id, rec, self._template)
 
     # --- lookups --------------------------------------------------------------------------------
 
@@ -362,7 +368,7 @@ class SpanMapper:
         """Parent of a phase, agent or child span (and of orphaned invocation and tool spans)."""
         parent_id = event.get("parentSpanId")
         if isinstance(parent_id, str):
-            found = self._by_span_id.get(parent_id)
+            found = keyed(self._by_span_id, parent_id)
             if found is not None:
                 return found
             attributes[sc.PARENT_SPAN_ID] = self._mask(parent_id)
@@ -379,16 +385,18 @@ class SpanMapper:
         """The open span of ``kind`` the event's spanId names, for a closer."""
         span_id = event.get("spanId")
         rec = self._by_span_id.get(span_id) if isinstance(span_id, str) else None
-        if rec is None or rec.kind != kind or rec.ended or rec.pending_end is not None:
+        # A RetiredSpan has ended: it closes nothing.
+        if not isinstance(rec, MappedSpan) or rec.kind != kind or rec.ended or rec.pending_end is not None:
             return None
         return rec
 
     def _host_for(self, event: ax.Event) -> MappedSpan | None:
         span_id = event.get("spanId")
         if isinstance(span_id, str):
-            rec = self._by_span_id.get(span_id)
-            if rec is not None and not rec.ended and rec.pending_end is None and not scope_closed(rec):
-                return rec
+            rec = self._by_span_id.get(span_id)  # a RetiredSpan has ended: it hosts nothing
+            open_rec = rec if isinstance(rec, MappedSpan) and not rec.ended else None
+            if open_rec is not None and open_rec.pending_end is None and not scope_closed(open_rec):
+                return open_rec
         return innermost_open(self._open, self._stranded)
 
     def _attach_event(
@@ -438,7 +446,7 @@ class SpanMapper:
     def _on_run_start(self, event: ax.Event, ns: int) -> None:
         span_id = event.get("spanId")
         key = span_id if isinstance(span_id, str) else None
-        if key is not None and (existing := self._by_span_id.get(key)) is not None:
+        if key is not None and (existing := keyed(self._by_span_id, key)) is not None:
             self._duplicate_opener(existing, event, ns)
             return
         if self._first_run is not None:
@@ -451,6 +459,7 @@ class SpanMapper:
         rec = self._start(RUN, name, event, ns, parent, identity, attrs)
         if key is not None:
             self._by_span_id[key] = rec
+            rec.key = key
         if self._first_run is None:
             self._first_run = rec
         self._current_run = rec
@@ -487,7 +496,7 @@ class SpanMapper:
         opened = self._agents.get(span_id)
         existing = opened.payload if opened is not None else None
         if existing is None and isinstance(span_id, str):
-            existing = self._by_span_id.get(span_id)
+            existing = keyed(self._by_span_id, span_id)
         if existing is not None:
             self._duplicate_opener(existing, event, ns)
         else:  # the repeat of a closed opener without a spanId: no span to mark
@@ -496,7 +505,7 @@ class SpanMapper:
     def _on_scope_start(self, kind: int, event: ax.Event, ns: int) -> None:
         """phase:start and child:start: an opener whose spanId has a span already opens nothing."""
         span_id = event.get("spanId")
-        if isinstance(span_id, str) and (existing := self._by_span_id.get(span_id)) is not None:
+        if isinstance(span_id, str) and (existing := keyed(self._by_span_id, span_id)) is not None:
             self._duplicate_opener(existing, event, ns)
         else:
             self._open_scope(kind, event, ns)
@@ -515,6 +524,7 @@ class SpanMapper:
         rec = self._start(kind, name, event, ns, parent, identity, attrs)
         if key is not None:
             self._by_span_id[key] = rec
+            rec.key = key
         if kind != AGENT:
             self._scopes.append(rec)
             if kind == PHASE:
@@ -540,7 +550,7 @@ class SpanMapper:
 
     def _owner(self, span_id: object, event: ax.Event, attrs: dict[str, ax.AttrValue]) -> MappedSpan | None:
         """Invocation and tool spans hang off the span keyed by their spanId (the agent)."""
-        if isinstance(span_id, str) and (rec := self._by_span_id.get(span_id)) is not None:
+        if isinstance(span_id, str) and (rec := keyed(self._by_span_id, span_id)) is not None:
             return rec
         return self._parent_for(event, attrs)
 
@@ -555,7 +565,7 @@ class SpanMapper:
         name = ax.invocation_span_name(event, self._mask)
         identity = f"inv:{key[0]}:{key[1]}" if self._identity else ""
         rec = self._start(INVOCATION, name, event, ns, parent, identity, attrs)
-        self._invocations[key] = rec
+        self._invocations.open[key] = rec
         if parent is not None and parent.kind == AGENT:
             parent.has_invocations = True
 
@@ -569,7 +579,7 @@ class SpanMapper:
         self._close(
             rec, ns, ax.invocation_close_attributes(event), ax.closer_status(event), error_source=event
         )
-        self._invocations[key] = ENDED_INVOCATION
+        self._invocations.close(key)
 
     def _on_tool_start(self, event: ax.Event, ns: int) -> None:
         owner_key, id_key = tool_keys(event)

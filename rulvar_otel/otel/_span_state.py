@@ -7,6 +7,7 @@ parented again. The state machine itself (which spans are open, when they end) s
 
 from __future__ import annotations
 
+import math
 from typing import Final, TypeAlias
 
 from opentelemetry import trace
@@ -25,6 +26,7 @@ __all__ = [
     "ENDED_INVOCATION",
     "IDENTITY_PREFIX",
     "INVOCATION",
+    "InvocationSpans",
     "LiveSpan",
     "OPENINFERENCE_KIND",
     "PHASE",
@@ -32,11 +34,15 @@ __all__ = [
     "SCOPE_TYPES",
     "TOOL",
     "MappedSpan",
+    "RetiredSpan",
     "child_context",
     "end_span",
     "expand_context",
     "full_context",
+    "keyed",
     "kept_context",
+    "retire",
+    "revived",
     "template_shape",
 ]
 
@@ -64,6 +70,7 @@ class MappedSpan:
         "ended",
         "events_end",
         "has_invocations",
+        "key",
         "kind",
         "parent",
         "pending_end",
@@ -74,7 +81,7 @@ class MappedSpan:
 
     def __init__(
         self,
-        span: LiveSpan,
+        span: LiveSpan | None,
         context: SpanContext | int,
         kind: int,
         start_ns: int,
@@ -96,11 +103,48 @@ class MappedSpan:
         self.pending_end: int | None = None  # a leftover of an earlier segment, ended at finish
         # The context children start in, built once per parent (and rebuilt once it has ended).
         self.child_context: Context | None = None
+        self.key: str | None = None  # the spanId the mapper keys it by, if any
+
+
+# An ended keyed span as the mapper keeps it: (span id, kind, start, segment, parent's key). A tuple
+# of atoms is not tracked by the garbage collector, so the ended spans of a long stream add nothing
+# to a full collection's walk; the rare late lookup gets a record rebuilt from it (see keyed).
+RetiredSpan: TypeAlias = tuple[int, int, int, int, str | None]
+
+
+def retire(table: dict[str, MappedSpan | RetiredSpan], rec: MappedSpan, template: SpanContext | None) -> None:
+    """Once ``rec`` has ended, ``table`` keeps a RetiredSpan for it where it can.
+
+    Ended records never change again, so a copy serves a late child or a repeated opener as well
+    as the original; the copy finds its parent by key, so only a parent with a key can be left.
+    A context that is the export's ``template`` itself is kept by its span id too: expanded
+    against the template, it is that context again.
+    """
+    key = rec.key
+    context = rec.context
+    parent = rec.parent
+    if key is None or not rec.ended:
+        return
+    if context is template and template is not None:
+        context = template.span_id
+    if not isinstance(context, int):
+        return
+    if parent is None:
+        table[key] = (context, rec.kind, rec.start_ns, rec.segment, None)
+    elif parent.key is not None:
+        table[key] = (context, rec.kind, rec.start_ns, rec.segment, parent.key)
+
+
+def revived(key: str, kept: RetiredSpan, parent: MappedSpan | None) -> MappedSpan:
+    """An ended record rebuilt from what :func:`retired` kept, under ``parent`` (its key's record)."""
+    rec = MappedSpan(None, kept[0], kept[1], kept[2], parent, kept[3])
+    rec.ended = True
+    rec.key = key
+    return rec
 
 
 def _ended_invocation() -> MappedSpan:
-    rec = MappedSpan(NonRecordingSpan(INVALID_SPAN_CONTEXT), INVALID_SPAN_CONTEXT, INVOCATION, 0, None, -1)
-    rec.span = None
+    rec = MappedSpan(None, INVALID_SPAN_CONTEXT, INVOCATION, 0, None, -1)
     rec.ended = True
     return rec
 
@@ -108,6 +152,81 @@ def _ended_invocation() -> MappedSpan:
 # What a closed invocation's key maps to: "opened and ended" is all a later duplicate needs to know,
 # and dropping the record keeps memory bounded by open spans for invocations.
 ENDED_INVOCATION: Final = _ended_invocation()
+
+
+def _closed_invocation_key(span_key: str, invocation: object) -> str | None:
+    """A closed invocation's key as one string, equal exactly when the ``(span_key, invocation)``
+    tuples are equal; None for a value with no such form (a fractional or non-finite float).
+
+    A dict of strings is not tracked by the garbage collector, a dict of tuples is: the closed
+    invocations of a long stream then add nothing to a full collection's walk.
+    """
+    prefix = f"{len(span_key)}:{span_key}"
+    if type(invocation) is str:
+        return f"{prefix}s{invocation}"
+    if invocation is None:
+        return prefix + "n"
+    # 1, 1.0 and True are equal (and hash alike) as tuple members: one form for all three.
+    if type(invocation) is int or type(invocation) is bool:
+        return f"{prefix}i{int(invocation)}"
+    if type(invocation) is float and math.isfinite(invocation) and invocation.is_integer():
+        return f"{prefix}i{int(invocation)}"
+    return None
+
+
+class InvocationSpans:
+    """Invocation spans by ``(spanId, invocation)``: the open ones' records, and the closed keys.
+
+    A closed invocation keeps only its key, as a string where it has one: a dict of strings is not
+    tracked by the garbage collector, so a long stream's closed invocations cost no collector time.
+    """
+
+    __slots__ = ("_closed", "_closed_keys", "open")
+
+    def __init__(self) -> None:
+        self.open: dict[tuple[str, object], MappedSpan] = {}
+        self._closed: dict[str, None] = {}
+        self._closed_keys: dict[tuple[str, object], None] = {}  # the keys with no string form
+
+    def get(self, key: tuple[str, object]) -> MappedSpan | None:
+        """The open record ``key`` names, ENDED_INVOCATION once closed, or None."""
+        rec = self.open.get(key)
+        if rec is not None:
+            return rec
+        closed = _closed_invocation_key(key[0], key[1])
+        if (closed in self._closed) if closed is not None else (key in self._closed_keys):
+            return ENDED_INVOCATION
+        return None
+
+    def close(self, key: tuple[str, object]) -> None:
+        """``key``'s span has ended: only the key stays."""
+        self.open.pop(key, None)
+        closed = _closed_invocation_key(key[0], key[1])
+        if closed is not None:
+            self._closed[closed] = None
+        else:
+            self._closed_keys[key] = None
+
+
+def keyed(table: dict[str, MappedSpan | RetiredSpan], span_id: str) -> MappedSpan | None:
+    """The span ``table`` keys by ``span_id``; an ended one rebuilt from its RetiredSpan (for a
+    late child or a repeated opener), with its retired parents, walking up without recursion."""
+    found = table.get(span_id)
+    if found is None or isinstance(found, MappedSpan):
+        return found
+    chain: list[tuple[str, RetiredSpan]] = [(span_id, found)]
+    parent: MappedSpan | None = None
+    parent_key = found[4]
+    while parent_key is not None:
+        above = table[parent_key]
+        if isinstance(above, MappedSpan):
+            parent = above
+            break
+        chain.append((parent_key, above))
+        parent_key = above[4]
+    for key, kept in reversed(chain):
+        parent = revived(key, kept, parent)
+    return parent
 
 
 def expand_context(rec: MappedSpan, template: SpanContext | None) -> SpanContext:
