@@ -33,7 +33,7 @@ from rulvar_otel.otel._mapper_helpers import (
 )
 from rulvar_otel.otel._parentage import NO_PARENT, Parentage, start_back_link
 from rulvar_otel.otel._records import STATUS_ERROR, STATUS_OK, RecordingTracer, SpanRecord
-from rulvar_otel.otel._scopes import innermost_open, innermost_scope, scope_closed
+from rulvar_otel.otel._scopes import hosts_events, innermost_open, innermost_scope
 from rulvar_otel.otel._span_state import (
     AGENT,
     CHILD,
@@ -97,8 +97,7 @@ class SpanMapper:
         self._mask: Callable[[str], str] = MaskMemo(masker.mask_flat).__getitem__
         self._run_id = run_id
         self._masked_run_id = self._mask(run_id) if run_id is not None else None
-        # Spans by spanId; an ended one mostly as a RetiredSpan (see keyed).
-        self._by_span_id: dict[str, MappedSpan | RetiredSpan] = {}
+        self._by_span_id: dict[str, MappedSpan | RetiredSpan] = {}  # ended: mostly retired (keyed)
         # Agent spans pair through the one lifecycle every consumer shares; the payload is the span.
         self._agents: AgentLifecycle[MappedSpan] = AgentLifecycle()
         self._invocations = InvocationSpans()
@@ -382,10 +381,10 @@ class SpanMapper:
         return self._first_run if self._first_run is not None else self._anchor
 
     def _open_by_span_id(self, event: ax.Event, kind: int) -> MappedSpan | None:
-        """The open span of ``kind`` the event's spanId names, for a closer."""
+        """The open span of ``kind`` the event's spanId names, for a closer (a RetiredSpan has
+        ended: it closes nothing)."""
         span_id = event.get("spanId")
         rec = self._by_span_id.get(span_id) if isinstance(span_id, str) else None
-        # A RetiredSpan has ended: it closes nothing.
         if not isinstance(rec, MappedSpan) or rec.kind != kind or rec.ended or rec.pending_end is not None:
             return None
         return rec
@@ -393,10 +392,9 @@ class SpanMapper:
     def _host_for(self, event: ax.Event) -> MappedSpan | None:
         span_id = event.get("spanId")
         if isinstance(span_id, str):
-            rec = self._by_span_id.get(span_id)  # a RetiredSpan has ended: it hosts nothing
-            open_rec = rec if isinstance(rec, MappedSpan) and not rec.ended else None
-            if open_rec is not None and open_rec.pending_end is None and not scope_closed(open_rec):
-                return open_rec
+            rec = self._by_span_id.get(span_id)
+            if hosts_events(rec) and isinstance(rec, MappedSpan):
+                return rec
         return innermost_open(self._open, self._stranded)
 
     def _attach_event(
@@ -408,7 +406,7 @@ class SpanMapper:
         *,
         replayed: bool = False,
     ) -> None:
-        if host is None or host.ended or host.pending_end is not None or scope_closed(host):
+        if not hosts_events(host):
             host = self._host_for(event)
         if host is None or host.span is None:
             return  # nothing open: there is nowhere to put it
@@ -583,13 +581,8 @@ class SpanMapper:
 
     def _on_tool_start(self, event: ax.Event, ns: int) -> None:
         owner_key, id_key = tool_keys(event)
-        if id_key is not None:
-            existing = self._tools.by_id(id_key)
-            replayed = event.get("replayed") is True
-            if replayed and existing is not None and not existing.ended and existing.pending_end is None:
-                if existing.span is not None:
-                    existing.span.set_attribute(sc.REPLAYED, True)
-                return
+        if id_key is not None and self._tools.replays_open(id_key, event):
+            return
         attrs = ax.tool_open_attributes(event, self._mask)
         parent = self._owner(event.get("spanId"), event, attrs)
         tool_name = attrs[sc.TOOL_NAME]  # already masked by tool_open_attributes

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from rulvar_otel.otel._span_state import CHILD, RUN, MappedSpan
 
-__all__ = ["innermost_open", "innermost_scope", "scope_closed"]
+__all__ = ["hosts_events", "innermost_open", "innermost_scope", "scope_closed"]
 
 
 def scope_closed(rec: MappedSpan) -> bool:
@@ -28,6 +28,11 @@ def scope_closed(rec: MappedSpan) -> bool:
                 return False
         node = node.parent
     return False
+
+
+def hosts_events(rec: object) -> bool:
+    """Whether ``rec`` is a record still open in a live scope (a RetiredSpan has ended)."""
+    return isinstance(rec, MappedSpan) and not rec.ended and rec.pending_end is None and not scope_closed(rec)
 
 
 def innermost_open(stack: list[MappedSpan], stranded: list[MappedSpan]) -> MappedSpan | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel._attributes import Event
 from rulvar_otel.otel._span_state import MappedSpan
 
@@ -38,8 +39,17 @@ class ToolPairing:
         self._fifo: dict[tuple[str, str], deque[MappedSpan]] = {}
         self._ordinal = 0
 
-    def by_id(self, id_key: tuple[str, str]) -> MappedSpan | None:
-        return self._by_id.get(id_key)
+    def replays_open(self, id_key: tuple[str, str], event: Event) -> bool:
+        """Whether ``event`` (a ``tool:start``) replays the start of a tool span still open; that
+        span is then marked replayed, and no second one opens."""
+        if event.get("replayed") is not True:
+            return False
+        existing = self._by_id.get(id_key)
+        if existing is None or existing.ended or existing.pending_end is not None:
+            return False
+        if existing.span is not None:
+            existing.span.set_attribute(sc.REPLAYED, True)
+        return True
 
     def identity(self, owner_key: str, id_key: tuple[str, str] | None, with_ids: bool) -> str:
         """The deterministic-id identity of a new tool span (id-less spans are numbered)."""
