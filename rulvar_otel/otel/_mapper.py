@@ -393,7 +393,7 @@ class SpanMapper:
         span_id = event.get("spanId")
         if isinstance(span_id, str):
             rec = self._by_span_id.get(span_id)
-            if hosts_events(rec) and isinstance(rec, MappedSpan):
+            if hosts_events(rec):
                 return rec
         return innermost_open(self._open, self._stranded)
 

@@ -7,6 +7,8 @@ mapper's start-ordered stacks and pop ended or closed entries from the top as th
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 from rulvar_otel.otel._span_state import CHILD, RUN, MappedSpan
 
 __all__ = ["hosts_events", "innermost_open", "innermost_scope", "scope_closed"]
@@ -30,7 +32,7 @@ def scope_closed(rec: MappedSpan) -> bool:
     return False
 
 
-def hosts_events(rec: object) -> bool:
+def hosts_events(rec: object) -> TypeGuard[MappedSpan]:
     """Whether ``rec`` is a record still open in a live scope (a RetiredSpan has ended)."""
     return isinstance(rec, MappedSpan) and not rec.ended and rec.pending_end is None and not scope_closed(rec)
 

@@ -2,7 +2,10 @@
 
 :class:`MappedSpan` is what :class:`~rulvar_otel.otel._mapper.SpanMapper` keeps for each span it
 starts, and :func:`end_span` / :func:`expand_context` are how a record ends and how an ended one is
-parented again. The state machine itself (which spans are open, when they end) stays in the mapper.
+parented again. What stays of an ended span is small and invisible to the garbage collector: a
+keyed one becomes a :data:`RetiredSpan` tuple (:func:`retire`, rebuilt by :func:`keyed`), a closed
+invocation a string key (:class:`InvocationSpans`). The state machine itself (which spans are
+open, when they end) stays in the mapper.
 """
 
 from __future__ import annotations
@@ -42,7 +45,6 @@ __all__ = [
     "keyed",
     "kept_context",
     "retire",
-    "revived",
     "template_shape",
 ]
 
@@ -136,7 +138,7 @@ def retire(table: dict[str, MappedSpan | RetiredSpan], rec: MappedSpan, template
 
 
 def revived(key: str, kept: RetiredSpan, parent: MappedSpan | None) -> MappedSpan:
-    """An ended record rebuilt from what :func:`retired` kept, under ``parent`` (its key's record)."""
+    """An ended record rebuilt from what :func:`retire` kept, under ``parent`` (its key's record)."""
     rec = MappedSpan(None, kept[0], kept[1], kept[2], parent, kept[3])
     rec.ended = True
     rec.key = key
