@@ -390,7 +390,9 @@ class RunMetrics:
             return  # no definition reads it: skipped after one lookup
         queue = self._queue
         spans = self._spans
-        queue.append((wire, plan, spans.event_span_context() if spans is not None else None))
+        # Only an event some series folds can offer an exemplar: the others skip the lookup.
+        span = spans.event_span_context() if spans is not None and plan[0] else None
+        queue.append((wire, plan, span))
         if len(queue) >= _BATCH_EVENTS:
             with self._aggregator._lock:
                 self.drain()
