@@ -26,7 +26,6 @@ LiveSpan: TypeAlias = Span | SpanRecord
 __all__ = [
     "AGENT",
     "CHILD",
-    "ENDED_INVOCATION",
     "IDENTITY_PREFIX",
     "INVOCATION",
     "InvocationSpans",
@@ -137,7 +136,7 @@ def retire(table: dict[str, MappedSpan | RetiredSpan], rec: MappedSpan, template
         table[key] = (context, rec.kind, rec.start_ns, rec.segment, parent.key)
 
 
-def revived(key: str, kept: RetiredSpan, parent: MappedSpan | None) -> MappedSpan:
+def _revived(key: str, kept: RetiredSpan, parent: MappedSpan | None) -> MappedSpan:
     """An ended record rebuilt from what :func:`retire` kept, under ``parent`` (its key's record)."""
     rec = MappedSpan(None, kept[0], kept[1], kept[2], parent, kept[3])
     rec.ended = True
@@ -151,9 +150,9 @@ def _ended_invocation() -> MappedSpan:
     return rec
 
 
-# What a closed invocation's key maps to: "opened and ended" is all a later duplicate needs to know,
-# and dropping the record keeps memory bounded by open spans for invocations.
-ENDED_INVOCATION: Final = _ended_invocation()
+# What InvocationSpans.get answers for a closed key: "opened and ended" is all a later duplicate
+# needs to know, and dropping the record keeps memory bounded by open spans for invocations.
+_ENDED_INVOCATION: Final = _ended_invocation()
 
 
 def _closed_invocation_key(span_key: str, invocation: object) -> str | None:
@@ -191,13 +190,13 @@ class InvocationSpans:
         self._closed_keys: dict[tuple[str, object], None] = {}  # the keys with no string form
 
     def get(self, key: tuple[str, object]) -> MappedSpan | None:
-        """The open record ``key`` names, ENDED_INVOCATION once closed, or None."""
+        """The open record ``key`` names, _ENDED_INVOCATION once closed, or None."""
         rec = self.open.get(key)
         if rec is not None:
             return rec
         closed = _closed_invocation_key(key[0], key[1])
         if (closed in self._closed) if closed is not None else (key in self._closed_keys):
-            return ENDED_INVOCATION
+            return _ENDED_INVOCATION
         return None
 
     def close(self, key: tuple[str, object]) -> None:
@@ -227,7 +226,7 @@ def keyed(table: dict[str, MappedSpan | RetiredSpan], span_id: str) -> MappedSpa
         chain.append((parent_key, above))
         parent_key = above[4]
     for key, kept in reversed(chain):
-        parent = revived(key, kept, parent)
+        parent = _revived(key, kept, parent)
     return parent
 
 
