@@ -92,7 +92,8 @@ def bench_direct(stream: Path, rounds: int) -> list[Figure]:
     figures.append(
         Figure(
             "direct path",
-            "direct path, traces + metrics in one pass (the fold aggregates; OTLP-encoded once at the end)",
+            "direct path, traces + metrics in one pass (the fold aggregates, exemplars name the spans as "
+            "in the CLI; OTLP-encoded once at the end)",
             rate(n, t.median("traces+metrics")),
             f"direct traces only {t.median('traces') * 1e3:8.1f} ms",
             ratio,
