@@ -127,6 +127,55 @@ def test_every_kind_of_registry_histogram_gets_exemplars_somewhere_in_the_corpus
     assert expected <= seen
 
 
+class _ContextsOnly:
+    """A span source with the protocol's two methods only (no ``event_span_ids``)."""
+
+    def __init__(self, mapper: SpanMapper) -> None:
+        self._mapper = mapper
+
+    def event_span_context(self) -> Any:
+        return self._mapper.event_span_context()
+
+    def run_span_context(self) -> Any:
+        return self._mapper.run_span_context()
+
+
+@pytest.mark.parametrize("name", STREAMS)
+def test_a_span_source_read_through_its_contexts_gives_the_same_exemplars_as_the_mappers_ids(
+    name: str,
+) -> None:
+    stream, result = events(name), outcome(name)
+    masker = compile_secret_masker()
+    sink = DirectSpanSink([InMemorySpanExporter()])
+    mapper = SpanMapper(sink.tracer(id_generator=RulvarIdGenerator()), masker)
+    aggregator = MetricsAggregator(masker)
+    drain_events(stream, mapper, aggregator.run(spans=_ContextsOnly(mapper)), outcome=result)
+    sink.shutdown()
+    through_contexts = _exemplars(aggregator.metrics_data())
+    assert through_contexts and through_contexts == _direct_path(stream, result)[0]
+
+
+@pytest.mark.parametrize("tracer", ["direct", "sdk"])
+@pytest.mark.parametrize("name", STREAMS)
+def test_the_mappers_span_ids_are_its_event_span_contexts_ids_after_every_event(
+    name: str, tracer: str
+) -> None:
+    sink = DirectSpanSink([InMemorySpanExporter()])
+    provider = TracerProvider(id_generator=RulvarIdGenerator())
+    chosen = sink.tracer(id_generator=RulvarIdGenerator()) if tracer == "direct" else provider.get_tracer("t")
+    mapper = SpanMapper(chosen, compile_secret_masker())
+    seen = 0
+    for event in events(name):
+        mapper.feed(event)
+        context = mapper.event_span_context()
+        expected = (context.trace_id, context.span_id) if context is not None and context.is_valid else None
+        assert mapper.event_span_ids() == expected
+        seen += expected is not None
+    mapper.finish(outcome(name))
+    sink.shutdown()
+    assert seen > 0
+
+
 def test_without_a_span_source_there_are_no_exemplars() -> None:
     aggregator = MetricsAggregator()
     drain_events(events("approval"), aggregator.run(), outcome=outcome("approval"))

@@ -55,6 +55,7 @@ from rulvar_otel.otel._span_state import (
     kept_context,
     keyed,
     retire,
+    span_ids,
     template_shape,
 )
 from rulvar_otel.otel._tool_pairing import ToolPairing, tool_keys
@@ -151,13 +152,15 @@ class SpanMapper:
 
     def event_span_context(self) -> SpanContext | None:
         """The span the last fed event opened, closed or was attached to (None when none)."""
-        rec = self._event_span
-        return full_context(rec, self._template) if rec is not None else None
+        return full_context(rec, self._template) if (rec := self._event_span) is not None else None
+
+    def event_span_ids(self) -> tuple[int, int] | None:
+        """That span's (trace id, span id), without building its context (None: none, or invalid)."""
+        return span_ids(rec, self._template) if (rec := self._event_span) is not None else None
 
     def run_span_context(self) -> SpanContext | None:
         """The first run span's context (the per-run metrics' exemplar), None before one opens."""
-        rec = self._first_run
-        return expand_context(rec, self._template) if rec is not None else None
+        return expand_context(rec, self._template) if (rec := self._first_run) is not None else None
 
     def feed(self, event: Mapping[str, Any]) -> None:
         """Map one wire-form event. Never raises for any event shape."""
@@ -264,9 +267,7 @@ class SpanMapper:
             attrs[sc.GEN_AI_CONVERSATION_ID] = run_id
         if self._openinference:
             attrs[sc.OPENINFERENCE_SPAN_KIND] = OPENINFERENCE_KIND[kind]
-        links = None
-        if parent is None and self._host_link is not None:
-            links = [Link(self._host_link)]
+        links = [Link(self._host_link)] if parent is None and self._host_link is not None else None
         token = SPAN_IDENTITY.set((self._run_id or "", identity)) if self._identity else None
         try:
             live = parent.span if parent is not None else None
@@ -327,9 +328,8 @@ class SpanMapper:
         if span is None:
             return
         self._event_span = rec
-        ok = False
+        ok = waiting = False
         literal: str | None = None
-        waiting = False
         if isinstance(status, str):
             literal = attributes[sc.STATUS] = self._mask(status)
             ok = status in _OK_VALUES and not force_error

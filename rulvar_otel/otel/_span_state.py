@@ -15,7 +15,14 @@ from typing import Final, TypeAlias
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, Span, SpanContext
+from opentelemetry.trace import (
+    INVALID_SPAN_CONTEXT,
+    INVALID_SPAN_ID,
+    INVALID_TRACE_ID,
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+)
 
 from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel._records import SAMPLED, SpanRecord
@@ -44,6 +51,7 @@ __all__ = [
     "keyed",
     "kept_context",
     "retire",
+    "span_ids",
     "template_shape",
 ]
 
@@ -254,6 +262,17 @@ def full_context(rec: MappedSpan, template: SpanContext | None) -> SpanContext:
     if not rec.ended:
         rec.context = full
     return full
+
+
+def span_ids(rec: MappedSpan, template: SpanContext | None) -> tuple[int, int] | None:
+    """``rec``'s (trace id, span id) as :func:`expand_context` would give them, without building a
+    SpanContext (a metric exemplar needs the two ids only); None for an invalid span."""
+    ctx = rec.context
+    if isinstance(ctx, SpanContext):
+        return (ctx.trace_id, ctx.span_id) if ctx.is_valid else None
+    assert template is not None  # only compacted against a template
+    trace_id = template.trace_id
+    return (trace_id, ctx) if trace_id != INVALID_TRACE_ID and ctx != INVALID_SPAN_ID else None
 
 
 def template_shape(template: SpanContext) -> tuple[int, object]:

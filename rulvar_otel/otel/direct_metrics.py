@@ -93,10 +93,13 @@ _Key = tuple[tuple[str, AttrValue], ...]
 _OVERFLOW_KEY: Final[_Key] = ((semconv.METRIC_OVERFLOW, True),)
 
 
-# One exemplar: (value, time ns, trace id, span id) of the span the observation belongs to.
-_Exemplar = tuple[float, int, int, int]
-# An exemplar still waiting in a batch: its span's ids are read only if it stays its bucket's latest.
-_Offered = tuple[float, int, SpanContext]
+# (trace id, span id) of a valid span: all an exemplar keeps of it.
+_SpanIds = tuple[int, int]
+# When an event was observed and its span: (time ns, trace id, span id), made once per event and
+# shared by all of that event's observations.
+_Stamp = tuple[int, int, int]
+# One exemplar: an observed value and its event's stamp.
+_Exemplar = tuple[float, _Stamp]
 
 
 @dataclass(slots=True)
@@ -132,8 +135,8 @@ class _Series:
     buckets: dict[_Key, _Buckets] = field(default_factory=dict)
     cache: dict[_Raw, _Key] = field(default_factory=dict)
     raw_sums: dict[_Raw, float] = field(default_factory=dict)
-    pending: dict[_Raw, list[float]] = field(default_factory=dict)
-    pending_exemplars: dict[_Raw, list[_Offered]] = field(default_factory=dict)
+    # raw attributes -> the values waiting and, beside each, its event's stamp (None: no span)
+    pending: dict[_Raw, tuple[list[float], list[_Stamp | None]]] = field(default_factory=dict)
     waiting: int = 0
 
 
@@ -209,7 +212,7 @@ class MetricsAggregator:
         state: FoldState,
         plan: tuple[_Series, ...],
         event: WireEvent,
-        span: SpanContext | None = None,
+        stamp: _Stamp | None = None,
     ) -> None:
         for series in plan:
             try:
@@ -217,17 +220,13 @@ class MetricsAggregator:
                 if not observations:
                     continue
                 if series.histogram:
-                    pending, offered = series.pending, series.pending_exemplars
+                    pending = series.pending
                     for value, raw in observations:
-                        values = pending.get(raw)
-                        if values is None:
-                            values = pending[raw] = []
-                        values.append(value)
-                        if span is not None:
-                            waiting = offered.get(raw)
-                            if waiting is None:
-                                waiting = offered[raw] = []
-                            waiting.append((value, time.time_ns(), span))
+                        waiting = pending.get(raw)
+                        if waiting is None:
+                            waiting = pending[raw] = ([], [])
+                        waiting[0].append(value)
+                        waiting[1].append(stamp)
                     series.waiting += len(observations)
                     if series.waiting >= _PENDING_LIMIT:
                         self._settle(series)
@@ -256,7 +255,7 @@ class MetricsAggregator:
             series.raw_sums = {}
         if series.pending:
             bounds, buckets = series.bounds, series.buckets
-            for raw, values in series.pending.items():
+            for raw, (values, stamps) in series.pending.items():
                 key = cache.get(raw)
                 if key is None:
                     key = self._resolve(series, raw)
@@ -269,18 +268,19 @@ class MetricsAggregator:
                     key = _OVERFLOW_KEY
                 if found is None:
                     found = buckets[key] = _Buckets([0] * (len(bounds) + 1))
-                counts = found.counts
-                for value in kept:
-                    counts[bisect_left(bounds, value)] += 1
+                counts, exemplars = found.counts, found.exemplars
+                for value, stamp in zip(values, stamps, strict=True):
+                    if value >= 0:
+                        bucket = bisect_left(bounds, value)
+                        counts[bucket] += 1
+                        if stamp is not None:
+                            # Each bucket keeps its latest exemplar (the SDK's aligned-bucket reservoir).
+                            exemplars[bucket] = (value, stamp)
                 found.total += sum(kept)
                 found.count += len(kept)
                 found.low = min(found.low, min(kept))
                 found.high = max(found.high, max(kept))
-                offered = series.pending_exemplars.get(raw)
-                if offered:
-                    _keep_exemplars(found.exemplars, bounds, offered)
             series.pending = {}
-            series.pending_exemplars = {}
             series.waiting = 0
 
     def _resolve(self, series: _Series, raw: tuple[AttrValue | None, ...]) -> _Key:
@@ -351,21 +351,31 @@ class MetricsAggregator:
         return MetricsData([ResourceMetrics(self.resource, [scope_metrics], self.resource.schema_url)])
 
 
-def _keep_exemplars(kept: dict[int, _Exemplar], bounds: tuple[float, ...], offered: list[_Offered]) -> None:
-    """Each bucket keeps its latest exemplar of a valid span (the SDK's aligned-bucket reservoir)."""
-    latest: dict[int, _Offered] = {}
-    for item in offered:
-        if item[0] >= 0 and item[2].is_valid:
-            latest[bisect_left(bounds, item[0])] = item
-    for bucket, (value, ts, span) in latest.items():
-        kept[bucket] = (value, ts, span.trace_id, span.span_id)
+def _context_ids(context: SpanContext | None) -> _SpanIds | None:
+    return (context.trace_id, context.span_id) if context is not None and context.is_valid else None
+
+
+def _stamp(ids: _SpanIds | None) -> _Stamp | None:
+    """The stamp of an event observed now, in the span ``ids`` names (None: no span)."""
+    return (time.time_ns(), ids[0], ids[1]) if ids is not None else None
+
+
+def _span_ids_reader(spans: SpanSource | None) -> Callable[[], _SpanIds | None] | None:
+    """How a run reads the span of each observation: the span mapper gives the two ids without
+    building a SpanContext (``event_span_ids``); any other span source through its context."""
+    if spans is None:
+        return None
+    ids: Callable[[], _SpanIds | None] | None = getattr(spans, "event_span_ids", None)
+    if ids is not None:
+        return ids
+    return lambda: _context_ids(spans.event_span_context())
 
 
 def _exemplars(buckets: _Buckets) -> list[Exemplar]:
     """A data point's exemplars, in bucket order (the SDK's aligned reservoir reports them so)."""
     return [
         Exemplar({}, value, ts, span_id, trace_id)
-        for _, (value, ts, trace_id, span_id) in sorted(buckets.exemplars.items())
+        for _, (value, (ts, trace_id, span_id)) in sorted(buckets.exemplars.items())
     ]
 
 
@@ -377,7 +387,8 @@ class RunMetrics:
         self._plans = aggregator._plans
         self._state = FoldState(aggregator._masker)
         self._spans = spans
-        self._queue: list[tuple[WireEvent, _Plan, SpanContext | None]] = []
+        self._span_ids = _span_ids_reader(spans)
+        self._queue: list[tuple[WireEvent, _Plan, _Stamp | None]] = []
         self._finished = False
 
     def feed(self, event: Mapping[str, Any]) -> None:
@@ -389,10 +400,9 @@ class RunMetrics:
         if plan is None:
             return  # no definition reads it: skipped after one lookup
         queue = self._queue
-        spans = self._spans
+        span_ids = self._span_ids
         # Only an event some series folds can offer an exemplar: the others skip the lookup.
-        span = spans.event_span_context() if spans is not None and plan[0] else None
-        queue.append((wire, plan, span))
+        queue.append((wire, plan, _stamp(span_ids() if span_ids is not None and plan[0] else None)))
         if len(queue) >= _BATCH_EVENTS:
             with self._aggregator._lock:
                 self.drain()
@@ -409,7 +419,7 @@ class RunMetrics:
             plan = self._plans.get(FINISH)
             if plan is not None:
                 run_span = self._spans.run_span_context() if self._spans is not None else None
-                aggregator._fold(self._state, plan[0], {}, run_span)
+                aggregator._fold(self._state, plan[0], {}, _stamp(_context_ids(run_span)))
 
     def drain(self) -> None:
         """Fold every queued event, in order (the caller holds the aggregator's lock).
@@ -419,7 +429,7 @@ class RunMetrics:
         """
         queue, state, fold = self._queue, self._state, self._aggregator._fold
         count = len(queue)  # the producer may append meanwhile (a reader collecting): fold these
-        for event, (series, advance), span in queue[:count]:
+        for event, (series, advance), stamp in queue[:count]:
             try:
                 if event.get("replayed") is True:
                     # It restates history already counted; only the agent pairing still reads it.
@@ -427,7 +437,7 @@ class RunMetrics:
                         state.advance(event)
                     continue
                 if series:
-                    fold(state, series, event, span)
+                    fold(state, series, event, stamp)
                 if advance:
                     state.advance(event)
             except Exception:  # noqa: BLE001 - a malformed event is skipped, not fatal
