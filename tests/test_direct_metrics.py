@@ -3,10 +3,13 @@ OTel readers (OTLP push and the Prometheus endpoint) without one SDK call per ob
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import Histogram, InMemoryMetricReader, MetricsData, Sum
@@ -14,7 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from rulvar_otel.core.drain import drain_events
 from rulvar_otel.core.masking import compile_secret_masker
-from rulvar_otel.otel.direct_metrics import MetricsAggregator, otlp_reader, prometheus_reader
+from rulvar_otel.otel.direct_metrics import MetricsAggregator, _bucket_index, otlp_reader, prometheus_reader
 from rulvar_otel.otel.metrics import COLLECT_HOOK_NAME, MetricsRecorder
 from tests._support import GrpcMetricsReceiver, events, outcome, stream_names
 
@@ -122,3 +125,14 @@ def test_interleaved_runs_each_fold_their_own_state_into_the_same_aggregates() -
     alone_first, _ = direct_points(events("orchestrate"), outcome("orchestrate"))
     alone_second, _ = direct_points(events("tools"), outcome("tools"))
     assert set(both) == set(alone_first) | set(alone_second)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.floats(allow_nan=False), max_size=20).map(lambda b: tuple(sorted(b))),
+    st.floats(allow_nan=False),
+)
+def test_a_histogram_value_lands_in_the_bucket_bisect_left_names(
+    bounds: tuple[float, ...], value: float
+) -> None:
+    assert _bucket_index(bounds, value) == bisect_left(bounds, value)

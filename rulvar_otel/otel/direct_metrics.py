@@ -23,7 +23,6 @@ import logging
 import math
 import threading
 import time
-from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -268,14 +267,7 @@ class MetricsAggregator:
                     key = _OVERFLOW_KEY
                 if found is None:
                     found = buckets[key] = _Buckets([0] * (len(bounds) + 1))
-                counts, exemplars = found.counts, found.exemplars
-                for value, stamp in zip(values, stamps, strict=True):
-                    if value >= 0:
-                        bucket = bisect_left(bounds, value)
-                        counts[bucket] += 1
-                        if stamp is not None:
-                            # Each bucket keeps its latest exemplar (the SDK's aligned-bucket reservoir).
-                            exemplars[bucket] = (value, stamp)
+                _count_into(found, bounds, values, stamps)
                 found.total += sum(kept)
                 found.count += len(kept)
                 found.low = min(found.low, min(kept))
@@ -349,6 +341,42 @@ class MetricsAggregator:
                 metrics.append(Metric(entry.name, entry.description, entry.unit, data))
         scope_metrics = ScopeMetrics(self.scope, metrics, self.scope.schema_url or "")
         return MetricsData([ResourceMetrics(self.resource, [scope_metrics], self.resource.schema_url)])
+
+
+def _bucket_index(bounds: tuple[float, ...], value: float) -> int:
+    """``bisect.bisect_left(bounds, value)``, compiled: it runs once per histogram value, where a
+    call of the library function (its arguments boxed) cost more than the search itself."""
+    low, high = 0, len(bounds)
+    while low < high:
+        middle = (low + high) // 2
+        if bounds[middle] < value:
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+def _count_into(
+    found: _Buckets, bounds: tuple[float, ...], values: list[float], stamps: list[_Stamp | None]
+) -> None:
+    """Count ``values`` (negative and NaN ones are refused, as by the SDK) into their buckets; each
+    bucket keeps its latest exemplar (the SDK's aligned-bucket reservoir), so the values are read
+    from the last and an exemplar is made once per bucket."""
+    counts = found.counts
+    latest: list[_Exemplar | None] = [None] * len(counts)
+    for index in range(len(values) - 1, -1, -1):
+        value = values[index]
+        if value >= 0:
+            bucket = _bucket_index(bounds, value)
+            counts[bucket] += 1
+            if latest[bucket] is None:
+                stamp = stamps[index]
+                if stamp is not None:
+                    latest[bucket] = (value, stamp)
+    exemplars = found.exemplars
+    for bucket, item in enumerate(latest):
+        if item is not None:
+            exemplars[bucket] = item
 
 
 def _context_ids(context: SpanContext | None) -> _SpanIds | None:
