@@ -155,7 +155,7 @@ class SpanMapper:
         return full_context(rec, self._template) if (rec := self._event_span) is not None else None
 
     def event_span_ids(self) -> tuple[int, int] | None:
-        """That span's (trace id, span id), without building its context (None: none, or invalid)."""
+        """:meth:`event_span_context` as (trace id, span id), building no context (None: none, invalid)."""
         return span_ids(rec, self._template) if (rec := self._event_span) is not None else None
 
     def run_span_context(self) -> SpanContext | None:

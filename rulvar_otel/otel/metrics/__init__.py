@@ -75,7 +75,11 @@ _HOOK_WAIT_S: Final = 1.0
 
 
 class SpanSource(Protocol):
-    """Where an observation's exemplar comes from: the span mapper fed the same events first."""
+    """Where an observation's exemplar comes from: the span mapper fed the same events first.
+
+    The direct path's aggregator reads a source's ``event_span_ids()`` instead, when it has one
+    (the span mapper does): the two ids, without a SpanContext built per observation.
+    """
 
     def event_span_context(self) -> SpanContext | None:
         """The span the last fed event opened, closed or was attached to."""
