@@ -58,6 +58,9 @@ def test_prometheus_endpoint_serves_the_recorded_metrics_and_stops() -> None:
         assert "rulvar_runs_settled_total{" in text and 'rulvar_workflow="throttled"' in text
     finally:
         pipeline.shutdown()
+    # Stopped, not left to stop: the serving loop and the stopper have ended when shutdown returns.
+    assert pipeline._thread is not None and not pipeline._thread.is_alive()
+    assert not [t for t in threading.enumerate() if t.name == "rulvar-otel-prometheus-stop"]
     with pytest.raises(httpx.TransportError):
         httpx.get(url, timeout=2)
 
