@@ -56,26 +56,20 @@ def direct_run(stream: Path, make_exporter: Callable[[], SpanExporter], *, metri
     """parse + map + export on the direct path; returns the spans made.
 
     ``metrics(masker)`` makes an aggregator fed the same pass, its exemplars naming the mapper's
-    spans, as the CLI wires it (each run's metrics get that run's mapper).
+    spans, as the CLI wires it.
     """
-    from rulvar_otel.core.drain import drain_events
     from rulvar_otel.core.masking import compile_secret_masker
-    from rulvar_otel.otel import DirectSpanSink, create_mapper
+    from rulvar_otel.otel.direct import export_events_direct
     from rulvar_otel.sources.jsonl import JsonlEventSource
 
     masker = compile_secret_masker()  # one per export, shared as export_events shares it
     aggregator = metrics(masker) if metrics is not None else None
-    sink = DirectSpanSink([make_exporter()], resource=_RESOURCE)
     try:
-        mapper = create_mapper(sink.tracer(), masker=masker, parent="none")
-        sinks = [mapper] if aggregator is None else [mapper, aggregator.run(spans=mapper)]
         with JsonlEventSource(stream) as source:
-            drained = drain_events(source, *sinks)
-        if drained.source_error is not None:
-            raise drained.source_error
-        return mapper.span_count
+            return export_events_direct(
+                source, make_exporter(), resource=_RESOURCE, masker=masker, aggregator=aggregator
+            )
     finally:
-        sink.shutdown()
         if aggregator is not None:
             # The aggregates rendered and OTLP-encoded, as a push would send them.
             from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics

@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from rulvar_otel.core.drain import drain_events
 from rulvar_otel.core.masking import compile_secret_masker
 from rulvar_otel.otel import DirectSpanSink, MetricsAggregator, SpanMapper, export_events
+from rulvar_otel.otel.direct import export_events_direct
 from rulvar_otel.otel.ids import RulvarIdGenerator
 from rulvar_otel.otel.metrics import REGISTRY
 from rulvar_otel.otel.metrics.registry import InstrumentKind
@@ -174,6 +175,23 @@ def test_the_mappers_span_ids_are_its_event_span_contexts_ids_after_every_event(
     mapper.finish(outcome(name))
     sink.shutdown()
     assert seen > 0
+
+
+@pytest.mark.parametrize("name", STREAMS)
+def test_export_events_direct_gives_its_aggregator_the_mappers_spans(name: str) -> None:
+    stream, result = events(name), outcome(name)
+    masker = compile_secret_masker()
+    aggregator = MetricsAggregator(masker)
+    export_events_direct(
+        stream,
+        InMemorySpanExporter(),
+        outcome=result,
+        masker=masker,
+        aggregator=aggregator,
+        id_generator=RulvarIdGenerator(),
+    )
+    exported = _exemplars(aggregator.metrics_data())
+    assert exported and exported == _direct_path(stream, result)[0]
 
 
 def test_without_a_span_source_there_are_no_exemplars() -> None:

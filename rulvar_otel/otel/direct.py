@@ -24,7 +24,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.metrics import Meter
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -43,6 +43,9 @@ from rulvar_otel.otel._parentage import NO_PARENT, Parentage
 from rulvar_otel.otel._records import RecordingTracer, SpanRecord
 from rulvar_otel.otel._resource import compose_resource, mask_resource
 from rulvar_otel.otel._span_batches import SpanBatches
+
+if TYPE_CHECKING:  # loaded only when metrics are on
+    from rulvar_otel.otel.direct_metrics import MetricsAggregator
 
 __all__ = [
     "DEFAULT_MAX_BATCH",
@@ -292,13 +295,16 @@ def export_events_direct(
     conventions: Iterable[str] = semconv.DEFAULT_CONVENTIONS,
     parentage: Parentage = NO_PARENT,
     meter: Meter | None = None,
+    aggregator: MetricsAggregator | None = None,
 ) -> int:
     """Map a recorded stream straight onto ``exporters`` (no tracer); returns the spans created.
 
     Every span is exported before this returns (the exporters are shut down). ``sinks`` are fed
-    the same pass (a metrics aggregator, say; give it the same ``masker``); ``conventions`` as
-    for :func:`~rulvar_otel.otel.exporter.create_mapper`; ``parentage`` is the resolved ``parent=``;
-    a ``meter`` gets a recorder whose exemplars name the mapper's spans. A bad ``patterns``
+    the same pass; ``conventions`` as for :func:`~rulvar_otel.otel.exporter.create_mapper`;
+    ``parentage`` is the resolved ``parent=``. A ``meter`` gets a recorder, an ``aggregator`` (a
+    :class:`~rulvar_otel.otel.direct_metrics.MetricsAggregator`; give it the same ``masker``) a
+    run, both with exemplars naming the mapper's spans (an aggregator passed in ``sinks`` has no
+    spans to name). A bad ``patterns``
     raises ``ConfigError`` before anything is exported; an exception raised by ``events`` is
     raised again once every span ended.
     """
@@ -313,6 +319,8 @@ def export_events_direct(
         from rulvar_otel.otel.metrics import MetricsRecorder
 
         extra.append(MetricsRecorder(meter, masker, spans=mapper))
+    if aggregator is not None:
+        extra.append(aggregator.run(spans=mapper))
     try:
         drained = drain_events(events, mapper, *extra, outcome=outcome)
     finally:
