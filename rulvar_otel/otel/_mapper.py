@@ -3,7 +3,8 @@
 :class:`SpanMapper` consumes wire-form events one at a time (``feed``) and is finished once with the
 run's outcome (``finish``). It implements the contract in ``docs/otel-mapping.md``; the attribute
 values come from the pure generators in ``_attributes``; span records live in ``_span_state``, host
-and scope lookups in ``_scopes``, inferred ends in ``_end_inference``. Nothing a strange event
+and scope lookups in ``_scopes``, inferred ends in ``_end_inference``, and how (and when) a span
+reaches the tracer in ``_opener``. Nothing a strange event
 carries may raise out of ``feed``: a failure on one event is counted and the stream goes on.
 """
 
@@ -14,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any, Final
 
-from opentelemetry.trace import Link, SpanContext, Status, StatusCode, Tracer
+from opentelemetry.trace import INVALID_SPAN_CONTEXT, Link, SpanContext, Status, StatusCode, Tracer
 
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.lifecycle import AgentLifecycle
@@ -22,6 +23,7 @@ from rulvar_otel.core.masking import SecretMasker
 from rulvar_otel.otel import _attributes as ax
 from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel._clock import EventClock, export_time_ns, held_copy
+from rulvar_otel.otel._deferred import DeferredSpan
 from rulvar_otel.otel._end_inference import end_at_suspension, end_unclosed, mark_segment_leftovers
 from rulvar_otel.otel._mapper_helpers import (
     MaskMemo,
@@ -31,8 +33,9 @@ from rulvar_otel.otel._mapper_helpers import (
     reads_identity,
     unsettled_message,
 )
+from rulvar_otel.otel._opener import SpanOpener
 from rulvar_otel.otel._parentage import NO_PARENT, Parentage, start_back_link
-from rulvar_otel.otel._records import STATUS_ERROR, STATUS_OK, RecordingTracer, SpanRecord
+from rulvar_otel.otel._records import STATUS_ERROR, STATUS_OK
 from rulvar_otel.otel._scopes import hosts_events, innermost_open, innermost_scope
 from rulvar_otel.otel._span_state import (
     AGENT,
@@ -48,7 +51,6 @@ from rulvar_otel.otel._span_state import (
     LiveSpan,
     MappedSpan,
     RetiredSpan,
-    child_context,
     end_span,
     expand_context,
     full_context,
@@ -59,7 +61,6 @@ from rulvar_otel.otel._span_state import (
     template_shape,
 )
 from rulvar_otel.otel._tool_pairing import ToolPairing, tool_keys
-from rulvar_otel.otel.ids import SPAN_IDENTITY
 
 __all__ = ["SpanMapper"]
 
@@ -84,12 +85,13 @@ class SpanMapper:
         run_id: str | None = None,
         conventions: Iterable[str] = sc.DEFAULT_CONVENTIONS,
         parentage: Parentage = NO_PARENT,
+        leaf_batch: int = 0,
     ) -> None:
         self._tracer = tracer
-        # The direct path's recorder: a child of a live record starts without any context object.
-        self._recorder = tracer.recorder if isinstance(tracer, RecordingTracer) else None
         # Parentage from the host: the root's context, and the caller's span to link (link mode).
-        self._root_context = parentage.root_context
+        # leaf_batch > 0: tool and invocation spans reach the tracer at their end, that many at once.
+        self._opener = SpanOpener(tracer, parentage.root_context, leaf_batch)
+        self._leaves = self._opener.leaves
         self._host_link = parentage.link
         # The span the last fed event opened, closed or was attached to: its metrics' exemplar.
         self._event_span: MappedSpan | None = None
@@ -168,6 +170,8 @@ class SpanMapper:
             return
         self.event_count += 1
         self._event_span = None
+        if (leaves := self._leaves) is not None and leaves.full:
+            leaves.flush()
         try:
             wire = event if type(event) is dict else dict(event)  # see ax.Event
             if self._run_id is None and isinstance(rid := wire.get("runId"), str):
@@ -244,6 +248,8 @@ class SpanMapper:
                 end=self._end,
                 unsettled=unsettled,
             )
+            if self._leaves is not None:
+                self._leaves.flush()
         except Exception:  # noqa: BLE001
             _log.debug("finishing spans failed", exc_info=True)
         self._clock.summarize()
@@ -268,29 +274,26 @@ class SpanMapper:
         if self._openinference:
             attrs[sc.OPENINFERENCE_SPAN_KIND] = OPENINFERENCE_KIND[kind]
         links = [Link(self._host_link)] if parent is None and self._host_link is not None else None
-        token = SPAN_IDENTITY.set((self._run_id or "", identity)) if self._identity else None
-        try:
-            live = parent.span if parent is not None else None
-            if self._recorder is not None and type(live) is SpanRecord and links is None:
-                span: LiveSpan = self._recorder.start_under(name, live, attrs, ns)
-            else:
-                span = self._tracer.start_span(
-                    name,
-                    context=self._root_context if parent is None else child_context(parent, self._template),
-                    attributes=attrs,
-                    links=links,
-                    start_time=ns,
-                )
-        finally:
-            if token is not None:
-                SPAN_IDENTITY.reset(token)
+        ids = (self._run_id or "", identity) if self._identity else None
         context: SpanContext | int
-        if links is None:
-            context = kept_context(span, self._template_trace_id, self._template_state)
+        if (leaves := self._leaves) is not None and parent is not None and kind in (TOOL, INVOCATION):
+            # A leaf of a recorded stream starts in the tracer when it ends (see _deferred).
+            span: LiveSpan = self._opener.defer(leaves, name, attrs, ns, parent, self._template, ids)
+            context = INVALID_SPAN_CONTEXT
         else:
-            context = span.get_span_context()
-            self._link_back(context, ns)
+            span = self._opener.start(name, attrs, ns, parent, self._template, ids, links)
+            if links is None:
+                context = kept_context(span, self._template_trace_id, self._template_state)
+            else:  # "link" mode: the caller's trace gets a zero-length span linking to the root
+                context = span.get_span_context()
+                caller, self._host_link = self._host_link, None
+                if caller is not None and start_back_link(
+                    self._tracer, caller, context, self._masked_run_id, self._run_id or "", self._identity, ns
+                ):
+                    self.span_count += 1
         rec = MappedSpan(span, context, kind, ns, parent, self._segment)
+        if type(span) is DeferredSpan:
+            rec.deferred = span
         self._event_span = rec
         if self._anchor is None and isinstance(context, SpanContext):
             self._anchor, self._template = rec, context
@@ -303,14 +306,6 @@ class SpanMapper:
         opened.append(rec)
         self._open_live += 1
         return rec
-
-    def _link_back(self, root: SpanContext, ns: int) -> None:
-        """ "link" mode: the caller's trace gets a zero-length span linking to the run's root."""
-        caller, self._host_link = self._host_link, None
-        if caller is not None and start_back_link(
-            self._tracer, caller, root, self._masked_run_id, self._run_id or "", self._identity, ns
-        ):
-            self.span_count += 1
 
     def _close(
         self,
@@ -350,6 +345,7 @@ class SpanMapper:
             span.set_status(STATUS_OK)
         elif not waiting:
             span.set_status(STATUS_ERROR if message is None else Status(StatusCode.ERROR, message))
+        self._opener.before_end(rec)  # the tracer sees spans end in stream order: children first
         end_span(rec, span, ns, self._template)  # _end inlined: span is known to be set
         self._open_live -= 1
         retire(self._by_span_id, rec, self._template)
@@ -357,6 +353,7 @@ class SpanMapper:
     def _end(self, rec: MappedSpan, ns: int) -> None:
         span = rec.span
         if span is not None:
+            self._opener.before_end(rec)
             end_span(rec, span, ns, self._template)
             self._open_live -= 1
             retire(self._by_span_id, rec, self._template)

@@ -25,10 +25,12 @@ from opentelemetry.trace import (
 )
 
 from rulvar_otel.otel import semconv as sc
+from rulvar_otel.otel._deferred import DeferredSpan
 from rulvar_otel.otel._records import SAMPLED, SpanRecord
 
-# What a mapped span holds while it is open: the host tracer's span, or the direct path's record.
-LiveSpan: TypeAlias = Span | SpanRecord
+# What a mapped span holds while it is open: the host tracer's span, the direct path's record, or
+# a leaf that starts in the tracer at its end.
+LiveSpan: TypeAlias = Span | SpanRecord | DeferredSpan
 
 __all__ = [
     "AGENT",
@@ -75,6 +77,7 @@ class MappedSpan:
     __slots__ = (
         "child_context",
         "context",
+        "deferred",
         "desc_end",
         "ended",
         "events_end",
@@ -113,6 +116,7 @@ class MappedSpan:
         # The context children start in, built once per parent (and rebuilt once it has ended).
         self.child_context: Context | None = None
         self.key: str | None = None  # the spanId the mapper keys it by, if any
+        self.deferred: DeferredSpan | None = None  # a leaf whose span starts at its end
 
 
 # An ended keyed span as the mapper keeps it: (span id, kind, start, segment, parent's key). A tuple
@@ -253,8 +257,18 @@ def expand_context(rec: MappedSpan, template: SpanContext | None) -> SpanContext
     )
 
 
+def _undefer(rec: MappedSpan) -> None:
+    """Asked for its context, a deferred leaf starts in the tracer now (see _deferred)."""
+    deferred = rec.deferred
+    if deferred is not None:
+        rec.context = deferred.get_span_context()
+        rec.deferred = None
+
+
 def full_context(rec: MappedSpan, template: SpanContext | None) -> SpanContext:
     """``rec``'s context in full; an open span keeps it so (a span id is expanded once)."""
+    if rec.deferred is not None:
+        _undefer(rec)
     context = rec.context
     if isinstance(context, SpanContext):
         return context
@@ -267,6 +281,8 @@ def full_context(rec: MappedSpan, template: SpanContext | None) -> SpanContext:
 def span_ids(rec: MappedSpan, template: SpanContext | None) -> tuple[int, int] | None:
     """``rec``'s (trace id, span id) as :func:`expand_context` would give them, without building a
     SpanContext (a metric exemplar needs the two ids only); None for an invalid span."""
+    if rec.deferred is not None:
+        _undefer(rec)
     ctx = rec.context
     if isinstance(ctx, SpanContext):
         return (ctx.trace_id, ctx.span_id) if ctx.is_valid else None

@@ -10,6 +10,7 @@ the host's ``tracer`` or, with ``exporter=``, straight to SDK span exporters on 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Final
 
 from opentelemetry.context import Context
 from opentelemetry.metrics import Meter
@@ -25,6 +26,8 @@ from rulvar_otel.otel._mapper import SpanMapper
 from rulvar_otel.otel._parentage import Parentage, resolve_parent
 
 __all__ = ["create_mapper", "export_events", "to_otel"]
+
+_LEAF_BATCH: Final = 64  # leaf spans made in one loop by export_events (see _deferred)
 
 
 def _conventions(conventions: Iterable[str] | None) -> frozenset[str]:
@@ -75,8 +78,11 @@ def _sinks(
     run_id: str | None,
     conventions: frozenset[str],
     parentage: Parentage,
+    leaf_batch: int = 0,
 ) -> tuple[SpanMapper, list[Sink]]:
-    mapper = SpanMapper(tracer, masker, run_id=run_id, conventions=conventions, parentage=parentage)
+    mapper = SpanMapper(
+        tracer, masker, run_id=run_id, conventions=conventions, parentage=parentage, leaf_batch=leaf_batch
+    )
     sinks: list[Sink] = [mapper]
     if meter is not None:
         from rulvar_otel.otel.metrics import MetricsRecorder
@@ -129,7 +135,10 @@ def export_events(
             meter=meter,
         )
     assert tracer is not None
-    mapper, sinks = _sinks(tracer, masker, meter, run_id, chosen, parentage)
+    # A recorded stream: no one waits for a tool's span before its batch is made (see _deferred).
+    # Metrics ask every event's span for its context, so with a meter each span starts at once.
+    leaf_batch = _LEAF_BATCH if meter is None else 0
+    mapper, sinks = _sinks(tracer, masker, meter, run_id, chosen, parentage, leaf_batch)
     drained = drain_events(events, *sinks, outcome=outcome)
     if drained.source_error is not None:
         raise drained.source_error

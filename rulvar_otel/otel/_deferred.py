@@ -1,0 +1,214 @@
+"""Leaf spans of a recorded stream, handed to the host's tracer when they end, in batches.
+
+A tool or invocation span has no children: while it is open nothing needs its context unless
+somebody asks for it (a metric's exemplar). :class:`DeferredSpan` keeps what the mapper does to
+such a span (attributes, span events, status) and starts the tracer's span only at its end, with
+every attribute in the one ``start_span`` call; setting attributes on a started SDK span costs a
+lock and a cleaning pass per call. :class:`LeafQueue` keeps the ended leaves and makes their spans
+in one loop every ``limit`` leaves: mapping a batch of events and then making a batch of spans
+keeps each loop's code and data in the caches, where alternating event by event evicts both.
+
+The tracer sees the same spans (names, parents, attributes in the same order, span events,
+status, start and end times); only when it sees them changes. Asking a deferred span for its
+context starts it at once (and ends it, if it has ended); from then on it passes every call on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from time import time_ns
+from typing import Any
+
+from opentelemetry.context import Context
+from opentelemetry.trace import INVALID_SPAN_CONTEXT, Span, SpanContext, Status, StatusCode, Tracer
+from opentelemetry.util.types import Attributes, AttributeValue
+
+from rulvar_otel.otel.ids import SPAN_IDENTITY
+
+__all__ = ["DeferredSpan", "LeafQueue"]
+
+_log = logging.getLogger("rulvar_otel")
+
+_StatusCall = tuple["Status | StatusCode", "str | None"]
+
+
+class LeafQueue:
+    """Ended leaves waiting for their spans. ``full`` once ``limit`` wait: the mapper then calls
+    :meth:`flush` before its next event (an event's own leaf can still be asked for its context)."""
+
+    __slots__ = ("full", "limit", "ready")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.ready: list[DeferredSpan] = []
+        self.full = False
+
+    def ended(self, leaf: DeferredSpan) -> None:
+        ready = self.ready
+        ready.append(leaf)
+        if len(ready) >= self.limit:
+            self.full = True
+
+    def flush(self) -> None:
+        """Make every waiting leaf's span now. A leaf the tracer fails on costs that leaf alone."""
+        ready, self.ready = self.ready, []
+        self.full = False
+        for leaf in ready:
+            if not leaf.made:  # not started early for its context
+                try:
+                    leaf.make()  # the made span is not kept: it is the tracer's from its end on
+                except Exception:  # noqa: BLE001 - the host's tracer must not cost the batch
+                    _log.debug("a leaf span could not be made", exc_info=True)
+
+
+class DeferredSpan:
+    """A leaf span not yet started in the host's tracer (see the module docstring)."""
+
+    __slots__ = (
+        "attributes",
+        "context",
+        "description",
+        "end_ns",
+        "events",
+        "identity",
+        "made",
+        "name",
+        "queue",
+        "span",
+        "start_ns",
+        "status",
+        "statuses",
+        "tracer",
+    )
+
+    def __init__(
+        self,
+        tracer: Tracer,
+        queue: LeafQueue,
+        name: str,
+        context: Context,
+        attributes: dict[str, Any],  # the mapper's own: it hands the dict over
+        start_ns: int,
+        identity: tuple[str, str] | None,
+    ) -> None:
+        self.tracer = tracer
+        self.queue = queue
+        self.name = name
+        self.context = context  # the parent's context the span starts in
+        self.attributes = attributes
+        self.start_ns = start_ns
+        self.identity = identity  # SPAN_IDENTITY's value while the span starts, if ids read it
+        # Span events flat, (name, attributes, timestamp) after another: no tuple for the collector.
+        self.events: list[Any] | None = None
+        self.status: Status | StatusCode | None = None  # the first set_status call, flat
+        self.description: str | None = None
+        self.statuses: list[_StatusCall] | None = None  # any later ones (rare)
+        self.end_ns = -1  # set once ended
+        self.made = False  # its span started (and ended, if it had); calls then pass on or drop
+        self.span: Span | None = None  # the tracer's span, once started
+
+    # --- the part of the Span API the mapper uses ---------------------------------------------
+
+    def set_attribute(self, key: str, value: AttributeValue) -> None:
+        span = self.span
+        if span is not None:
+            span.set_attribute(key, value)
+            return
+        # As the SDK's attribute mapping: setting a key again moves it to the end.
+        attributes = self.attributes
+        if key in attributes:
+            del attributes[key]
+        attributes[key] = value
+
+    def set_attributes(self, attributes: Mapping[str, AttributeValue]) -> None:
+        span = self.span
+        if span is not None:
+            span.set_attributes(attributes)
+            return
+        own = self.attributes
+        for key, value in attributes.items():
+            if key in own:
+                del own[key]
+            own[key] = value
+
+    def add_event(self, name: str, attributes: Attributes = None, timestamp: int | None = None) -> None:
+        span = self.span
+        if span is not None:
+            span.add_event(name, attributes, timestamp)
+            return
+        events = self.events
+        if events is None:
+            events = self.events = []
+        events.append(name)
+        events.append(attributes)
+        events.append(timestamp)
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        span = self.span
+        if span is not None:
+            span.set_status(status, description)
+            return
+        # Kept as calls: the SDK decides which one stands (OK is final, UNSET never overwrites).
+        if self.status is None:
+            self.status = status
+            self.description = description
+            return
+        statuses = self.statuses
+        if statuses is None:
+            statuses = self.statuses = []
+        statuses.append((status, description))
+
+    def end(self, end_time: int | None = None) -> None:
+        span = self.span
+        if span is not None:
+            span.end(end_time)
+            return
+        if self.end_ns >= 0:
+            return  # ended already: as the SDK, a second end changes nothing
+        self.end_ns = end_time if end_time is not None else time_ns()
+        self.queue.ended(self)
+
+    def get_span_context(self) -> SpanContext:
+        span = self.span
+        if span is None:
+            if self.made:  # made in a batch and let go: the tracer has it
+                return INVALID_SPAN_CONTEXT
+            span = self.span = self.make() if self.end_ns >= 0 else self.start()
+        return span.get_span_context()
+
+    # --- making the tracer's span --------------------------------------------------------------
+
+    def start(self) -> Span:
+        """Start the tracer's span with everything kept so far."""
+        self.made = True
+        identity = self.identity
+        token = SPAN_IDENTITY.set(identity) if identity is not None else None
+        try:
+            span = self.tracer.start_span(
+                self.name, context=self.context, attributes=self.attributes, start_time=self.start_ns
+            )
+        finally:
+            if token is not None:
+                SPAN_IDENTITY.reset(token)
+        events = self.events
+        if events is not None:
+            for at in range(0, len(events), 3):
+                span.add_event(events[at], events[at + 1], events[at + 2])
+            self.events = None
+        first = self.status
+        if first is not None:
+            span.set_status(first, self.description)
+            statuses = self.statuses
+            if statuses is not None:
+                for status, description in statuses:
+                    span.set_status(status, description)
+                self.statuses = None
+            self.status = None
+        return span
+
+    def make(self) -> Span:
+        """Start and end the span of an ended leaf (the caller keeps it, if it needs it)."""
+        span = self.start()
+        span.end(self.end_ns)
+        return span

@@ -1,0 +1,83 @@
+"""How the span mapper's spans reach the tracer, and when.
+
+:class:`SpanOpener` starts a mapped span in one of three ways: as a child record on the direct
+path's recorder (no context object), through the host's tracer at once, or, for a leaf of a
+recorded stream, as a :class:`~rulvar_otel.otel._deferred.DeferredSpan` made when it ends. It
+also keeps the order the tracer sees ends in: the waiting leaves are made before any other span
+ends, so children end before their parents, as the stream ends them.
+"""
+
+from __future__ import annotations
+
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, SpanContext, Tracer
+
+from rulvar_otel.otel._attributes import AttrValue
+from rulvar_otel.otel._deferred import DeferredSpan, LeafQueue
+from rulvar_otel.otel._records import RecordingTracer, SpanRecord
+from rulvar_otel.otel._span_state import LiveSpan, MappedSpan, child_context
+from rulvar_otel.otel.ids import SPAN_IDENTITY
+
+__all__ = ["SpanOpener"]
+
+
+class SpanOpener:
+    """Starts the mapper's spans in its tracer; ``leaf_batch`` > 0 defers leaves (see _deferred)."""
+
+    __slots__ = ("_recorder", "_root_context", "_tracer", "leaves")
+
+    def __init__(self, tracer: Tracer, root_context: Context, leaf_batch: int) -> None:
+        self._tracer = tracer
+        # The direct path's recorder: a child of a live record starts without any context object.
+        self._recorder = tracer.recorder if isinstance(tracer, RecordingTracer) else None
+        self._root_context = root_context  # the context a span without a parent starts in
+        self.leaves = LeafQueue(leaf_batch) if leaf_batch > 0 and self._recorder is None else None
+
+    def context_for(self, parent: MappedSpan | None, template: SpanContext | None) -> Context:
+        """The context a child of ``parent`` (the root, for None) starts in."""
+        if parent is None:
+            return self._root_context
+        return child_context(parent, template)
+
+    def start(
+        self,
+        name: str,
+        attrs: dict[str, AttrValue],
+        ns: int,
+        parent: MappedSpan | None,
+        template: SpanContext | None,
+        identity: tuple[str, str] | None,
+        links: list[Link] | None,
+    ) -> LiveSpan:
+        """Start a span now; ``identity`` is SPAN_IDENTITY's value meanwhile (when ids read it)."""
+        token = SPAN_IDENTITY.set(identity) if identity is not None else None
+        try:
+            live = parent.span if parent is not None else None
+            if self._recorder is not None and type(live) is SpanRecord and links is None:
+                return self._recorder.start_under(name, live, attrs, ns)
+            return self._tracer.start_span(
+                name, context=self.context_for(parent, template), attributes=attrs, links=links, start_time=ns
+            )
+        finally:
+            if token is not None:
+                SPAN_IDENTITY.reset(token)
+
+    def defer(
+        self,
+        leaves: LeafQueue,
+        name: str,
+        attrs: dict[str, AttrValue],
+        ns: int,
+        parent: MappedSpan,
+        template: SpanContext | None,
+        identity: tuple[str, str] | None,
+    ) -> DeferredSpan:
+        """A leaf whose span is made when it ends (``leaves`` is :attr:`leaves`)."""
+        context = child_context(parent, template)
+        return DeferredSpan(self._tracer, leaves, name, context, attrs, ns, identity)
+
+    def before_end(self, rec: MappedSpan) -> None:
+        """``rec`` ends next: the leaves waiting end first, unless it is one of them."""
+        leaves = self.leaves
+        if leaves is not None and rec.deferred is None and leaves.ready:
+            leaves.flush()

@@ -1,0 +1,224 @@
+"""A recorded stream's tool and invocation spans reach the host's tracer whole, at their end.
+
+``export_events`` through a tracer defers leaf spans and makes them in batches: the tracer must
+still end exactly the spans an unbatched mapping ends, in the same order (children before their
+parents), and a leaf asked for its context starts at once, under the id it is exported with.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanLimits, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Status, StatusCode, Tracer
+
+from rulvar_otel.core.drain import drain_events
+from rulvar_otel.core.masking import compile_secret_masker
+from rulvar_otel.otel import create_mapper, export_events, semconv
+from rulvar_otel.otel._deferred import DeferredSpan, LeafQueue
+from rulvar_otel.otel._mapper import SpanMapper
+from rulvar_otel.otel.ids import RulvarIdGenerator
+from tests._support import OK_OUTCOME, ev, events, outcome, stream_names
+
+_LEAF_KINDS = {semconv.OPENINFERENCE_TOOL, semconv.OPENINFERENCE_LLM}
+
+
+class _Calls(SpanProcessor):
+    """What a provider's processors are told, in order: ("start" | "end", span id)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        self.calls.append(("start", span.context.span_id))
+
+    def on_end(self, span: ReadableSpan) -> None:
+        assert span.context is not None
+        self.calls.append(("end", span.context.span_id))
+
+
+class _Host:
+    """A host's SDK provider with deterministic ids, keeping its finished spans and calls."""
+
+    def __init__(self) -> None:
+        self.memory = InMemorySpanExporter()
+        self.calls = _Calls()
+        provider = TracerProvider(
+            span_limits=SpanLimits(max_events=SpanLimits.UNSET), id_generator=RulvarIdGenerator()
+        )
+        provider.add_span_processor(self.calls)
+        provider.add_span_processor(SimpleSpanProcessor(self.memory))
+        self.tracer: Tracer = provider.get_tracer("host")
+
+    def ended(self) -> list[tuple[Any, ...]]:
+        """Finished spans in end order, with every field a backend reads (attribute order too)."""
+        out = []
+        for s in self.memory.get_finished_spans():
+            assert s.context is not None
+            out.append(
+                (
+                    s.name,
+                    s.context.trace_id,
+                    s.context.span_id,
+                    s.parent.span_id if s.parent is not None else None,
+                    list((s.attributes or {}).items()),
+                    [(e.name, list((e.attributes or {}).items()), e.timestamp) for e in s.events],
+                    s.status.status_code,
+                    s.status.description,
+                    s.start_time,
+                    s.end_time,
+                )
+            )
+        return out
+
+    def leaf_ids(self) -> set[int]:
+        return {
+            s.context.span_id
+            for s in self.memory.get_finished_spans()
+            if s.context is not None
+            and (s.attributes or {}).get(semconv.OPENINFERENCE_SPAN_KIND) in _LEAF_KINDS
+        }
+
+
+@pytest.mark.parametrize("name", stream_names())
+def test_a_recorded_export_ends_the_spans_an_unbatched_mapping_ends_in_the_same_order(name: str) -> None:
+    batched, unbatched = _Host(), _Host()
+    export_events(events(name), batched.tracer, outcome=outcome(name))
+    drain_events(events(name), create_mapper(unbatched.tracer), outcome=outcome(name))
+    assert batched.ended() == unbatched.ended()
+    # Each leaf reached the processors whole: its start is followed at once by its own end.
+    calls = batched.calls.calls
+    for at, (kind, span_id) in enumerate(calls):
+        if kind == "start" and span_id in batched.leaf_ids():
+            assert calls[at + 1] == ("end", span_id)
+
+
+def test_the_large_stream_defers_thousands_of_leaves_and_still_ends_children_first() -> None:
+    host = _Host()
+    export_events(events("large"), host.tracer, outcome=outcome("large"))
+    leaves = host.leaf_ids()
+    assert len(leaves) > 5_000
+    # Started late, ended in order: every leaf ends before its parent does.
+    ended_at = {span_id: at for at, (kind, span_id) in enumerate(host.calls.calls) if kind == "end"}
+    parents = 0
+    for s in host.memory.get_finished_spans():
+        assert s.context is not None
+        if s.context.span_id in leaves:
+            assert s.parent is not None
+            assert ended_at[s.context.span_id] < ended_at[s.parent.span_id]
+            parents += 1
+    assert parents == len(leaves)
+
+
+def _tool_stream() -> list[dict[str, Any]]:
+    return [
+        ev("run:start", 0, "r", workflow="w"),
+        ev("agent:start", 1, "a", "r", agentId="a1"),
+        ev("tool:start", 2, "a", toolName="search", toolCallId="c1"),
+        ev("tool:end", 3, "a", toolName="search", toolCallId="c1", status="ok"),
+        ev("tool:start", 4, "a", toolName="fetch", toolCallId="c2"),
+        ev("tool:end", 5, "a", toolName="fetch", toolCallId="c2", status="error"),
+        ev("agent:end", 6, "a", status="ok"),
+        ev("run:end", 7, "r", status="ok", settled=True),
+    ]
+
+
+def test_a_leaf_asked_for_its_context_starts_at_once_under_the_id_it_is_exported_with() -> None:
+    host = _Host()
+    mapper = SpanMapper(host.tracer, compile_secret_masker(None), leaf_batch=64)
+    stream = _tool_stream()
+    asked: dict[str, int] = {}
+    for event in stream:
+        mapper.feed(event)
+        if event["type"] == "tool:start" and event["toolCallId"] == "c1":
+            context = mapper.event_span_context()  # open: started now
+            assert context is not None and context.is_valid
+            assert host.calls.calls[-1] == ("start", context.span_id)
+            asked["open"] = context.span_id
+        if event["type"] == "tool:end" and event["toolCallId"] == "c2":
+            ids = mapper.event_span_ids()  # ended and waiting: made now
+            assert ids is not None
+            assert host.calls.calls[-2:] == [("start", ids[1]), ("end", ids[1])]
+            asked["ended"] = ids[1]
+    mapper.finish(OK_OUTCOME)
+    by_name = {s.name: s for s in host.memory.get_finished_spans()}
+    tools = [s for name, s in by_name.items() if "search" in name or "fetch" in name]
+    assert len(tools) == 2 and len(host.memory.get_finished_spans()) == 4
+    exported = {s.context.span_id for s in tools if s.context is not None}
+    assert exported == {asked["open"], asked["ended"]}
+    # Asked or not, the spans are the ones an unbatched mapping makes.
+    plain = _Host()
+    drain_events(_tool_stream(), create_mapper(plain.tracer), outcome=OK_OUTCOME)
+    assert host.ended() == plain.ended()
+
+
+class _FailsOn:
+    """A tracer that raises when asked to start one named span."""
+
+    def __init__(self, tracer: Tracer, fragment: str) -> None:
+        self._tracer = tracer
+        self._fragment = fragment
+
+    def start_span(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        if self._fragment in name:
+            raise RuntimeError("the host's tracer broke")
+        return self._tracer.start_span(name, *args, **kwargs)
+
+
+def test_a_tracer_failing_on_one_leaf_costs_that_leaf_alone() -> None:
+    host = _Host()
+    export_events(_tool_stream(), _FailsOn(host.tracer, "search"), outcome=OK_OUTCOME)  # type: ignore[arg-type]
+    names = [s.name for s in host.memory.get_finished_spans()]
+    assert len(names) == 3
+    assert any("fetch" in n for n in names) and not any("search" in n for n in names)
+
+
+_KEYS = st.sampled_from(["a", "b", "c"])
+_VALUES = st.one_of(st.integers(-5, 5), st.text(max_size=3), st.booleans())
+_STATUSES = st.sampled_from(
+    [Status(StatusCode.OK), Status(StatusCode.ERROR, "bad"), Status(StatusCode.UNSET), StatusCode.ERROR]
+)
+_CALLS = st.lists(
+    st.one_of(
+        st.tuples(st.just("set_attribute"), _KEYS, _VALUES),
+        st.tuples(st.just("set_attributes"), st.dictionaries(_KEYS, _VALUES, max_size=3)),
+        st.tuples(st.just("add_event"), st.text(max_size=3), st.integers(0, 10)),
+        st.tuples(st.just("set_status"), _STATUSES),
+    ),
+    max_size=12,
+)
+
+
+def _apply(span: Any, calls: list[tuple[Any, ...]]) -> None:
+    for call in calls:
+        if call[0] == "set_attribute":
+            span.set_attribute(call[1], call[2])
+        elif call[0] == "set_attributes":
+            span.set_attributes(call[1])
+        elif call[0] == "add_event":
+            span.add_event(call[1], {"n": call[2]}, 100 + call[2])
+        else:
+            span.set_status(call[1])
+    span.end(200)
+
+
+@settings(max_examples=200, deadline=None)
+@given(start=st.dictionaries(_KEYS, _VALUES, max_size=3), calls=_CALLS)
+def test_a_deferred_span_ends_as_the_sdk_span_the_same_calls_make(
+    start: dict[str, Any], calls: list[tuple[Any, ...]]
+) -> None:
+    direct, deferred = _Host(), _Host()
+    _apply(direct.tracer.start_span("leaf", attributes=start, start_time=50), calls)
+    queue = LeafQueue(1)
+    leaf = DeferredSpan(deferred.tracer, queue, "leaf", Context(), dict(start), 50, None)
+    _apply(leaf, calls)
+    assert queue.full
+    queue.flush()
+    # Roots without an identity get random ids: all else must match.
+    assert [s[:1] + s[3:] for s in deferred.ended()] == [s[:1] + s[3:] for s in direct.ended()]
