@@ -56,7 +56,8 @@ def compiled_site() -> Path:
 
     Raises ``subprocess.CalledProcessError`` when the wheel cannot be built.
     """
-    site = _CACHE / _digest() / "site"
+    digest = _digest()
+    site = _CACHE / digest / "site"
     if (site / "rulvar_otel").is_dir():
         return site
     scratch = Path(tempfile.mkdtemp(prefix="rulvar-otel-bench-wheel-"))
@@ -76,6 +77,9 @@ def compiled_site() -> Path:
             [sys.executable, "-m", "compileall", "-q", str(unpacked / "rulvar_otel")],
             check=True, capture_output=True, timeout=600,
         )  # fmt: skip
+        if _digest() != digest:
+            # An edit during the build: the wheel may hold some of it; never cache it as either.
+            raise RuntimeError("the sources changed while the compiled wheel was being built")
         site.parent.mkdir(parents=True, exist_ok=True)
         os.replace(unpacked, site)  # whole or not at all: a half-built site never looks cached
     finally:
