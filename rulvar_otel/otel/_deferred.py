@@ -4,13 +4,15 @@ A tool or invocation span has no children: while it is open nothing needs its co
 somebody asks for it (a metric's exemplar). :class:`DeferredSpan` keeps what the mapper does to
 such a span (attributes, span events, status) and starts the tracer's span only at its end, with
 every attribute in the one ``start_span`` call; setting attributes on a started SDK span costs a
-lock and a cleaning pass per call. :class:`LeafQueue` keeps the ended leaves and makes their spans
-in one loop every ``limit`` leaves: mapping a batch of events and then making a batch of spans
-keeps each loop's code and data in the caches, where alternating event by event evicts both.
+lock and a cleaning pass per call. :class:`LeafQueue` keeps the ended leaves, and the ends of the
+spans started at once (runs, phases, agents), in stream order, and hands them to the tracer in one
+loop every ``limit`` entries: mapping a batch of events and then making a batch of spans keeps
+each loop's code and data in the caches, where alternating event by event evicts both.
 
 The tracer sees the same spans (names, parents, attributes in the same order, span events,
-status, start and end times); only when it sees them changes. Asking a deferred span for its
-context starts it at once (and ends it, if it has ended); from then on it passes every call on.
+status, start and end times), ending in the same order; only when it sees them changes. Asking a
+deferred span for its context starts it at once; from then on it passes every call on, and its
+end still waits for its turn.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from time import time_ns
-from typing import Any
+from typing import Any, Protocol, cast
 
 from opentelemetry.context import Context
 from opentelemetry.trace import INVALID_SPAN_CONTEXT, Span, SpanContext, Status, StatusCode, Tracer
@@ -34,32 +36,64 @@ _StatusCall = tuple["Status | StatusCode", "str | None"]
 
 
 class LeafQueue:
-    """Ended leaves waiting for their spans. ``full`` once ``limit`` wait: the mapper then calls
-    :meth:`flush` before its next event (an event's own leaf can still be asked for its context)."""
+    """What waits for the tracer, in stream order: ended leaves, and the ends of started spans.
 
-    __slots__ = ("full", "limit", "ready")
+    ``full`` once ``limit`` entries wait: the mapper then calls :meth:`flush` before its next
+    event (an event's own leaf can still be asked for its context). Keeping ends in the same queue
+    keeps their order: the tracer sees every span end where the stream ends it, children first.
+    """
+
+    __slots__ = ("full", "limit", "ready", "waiting")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.ready: list[DeferredSpan] = []
+        # A DeferredSpan, or a started span followed by its end time: flat, no tuple per entry.
+        self.ready: list[object] = []
+        self.waiting = 0
         self.full = False
 
     def ended(self, leaf: DeferredSpan) -> None:
+        self.ready.append(leaf)
+        self.waiting += 1
+        if self.waiting >= self.limit:
+            self.full = True
+
+    def end_later(self, span: _Ending, end_ns: int) -> None:
+        """End a started span in the next flush, after what ended before it."""
         ready = self.ready
-        ready.append(leaf)
-        if len(ready) >= self.limit:
+        ready.append(span)
+        ready.append(end_ns)
+        self.waiting += 1
+        if self.waiting >= self.limit:
             self.full = True
 
     def flush(self) -> None:
-        """Make every waiting leaf's span now. A leaf the tracer fails on costs that leaf alone."""
-        ready, self.ready = self.ready, []
+        """Make every waiting leaf's span and end every waiting span, in order. A span the
+        tracer fails on costs that span alone."""
+        ready = self.ready
+        self.ready = []
+        self.waiting = 0
         self.full = False
-        for leaf in ready:
-            if not leaf.made:  # not started early for its context
-                try:
-                    leaf.make()  # the made span is not kept: it is the tracer's from its end on
-                except Exception:  # noqa: BLE001 - the host's tracer must not cost the batch
-                    _log.debug("a leaf span could not be made", exc_info=True)
+        at, count = 0, len(ready)
+        while at < count:
+            item = ready[at]
+            at += 1
+            try:
+                if type(item) is DeferredSpan:
+                    if not item.made:
+                        item.make()  # the made span is not kept: it is the tracer's from its end on
+                    elif (started := item.span) is not None:
+                        started.end(item.end_ns)  # started for its context once it had ended
+                else:
+                    end_ns = ready[at]
+                    at += 1
+                    cast("_Ending", item).end(cast("int", end_ns))
+            except Exception:  # noqa: BLE001 - the host's tracer must not cost the batch
+                _log.debug("a span could not be made or ended", exc_info=True)
+
+
+class _Ending(Protocol):
+    def end(self, end_time: int | None = None) -> None: ...
 
 
 class DeferredSpan:
@@ -160,21 +194,21 @@ class DeferredSpan:
         statuses.append((status, description))
 
     def end(self, end_time: int | None = None) -> None:
-        span = self.span
-        if span is not None:
-            span.end(end_time)
-            return
         if self.end_ns >= 0:
             return  # ended already: as the SDK, a second end changes nothing
         self.end_ns = end_time if end_time is not None else time_ns()
-        self.queue.ended(self)
+        span = self.span
+        if span is not None:
+            self.queue.end_later(span, self.end_ns)  # started for its context: ends in order
+        else:
+            self.queue.ended(self)
 
     def get_span_context(self) -> SpanContext:
         span = self.span
         if span is None:
             if self.made:  # made in a batch and let go: the tracer has it
                 return INVALID_SPAN_CONTEXT
-            span = self.span = self.make() if self.end_ns >= 0 else self.start()
+            span = self.span = self.start()  # if it has ended, its end waits in the queue
         return span.get_span_context()
 
     # --- making the tracer's span --------------------------------------------------------------

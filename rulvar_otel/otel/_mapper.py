@@ -345,16 +345,14 @@ class SpanMapper:
             span.set_status(STATUS_OK)
         elif not waiting:
             span.set_status(STATUS_ERROR if message is None else Status(StatusCode.ERROR, message))
-        self._opener.before_end(rec)  # the tracer sees spans end in stream order: children first
-        end_span(rec, span, ns, self._template)  # _end inlined: span is known to be set
+        end_span(rec, span, ns, self._template, self._leaves)  # _end inlined: span is known to be set
         self._open_live -= 1
         retire(self._by_span_id, rec, self._template)
 
     def _end(self, rec: MappedSpan, ns: int) -> None:
         span = rec.span
         if span is not None:
-            self._opener.before_end(rec)
-            end_span(rec, span, ns, self._template)
+            end_span(rec, span, ns, self._template, self._leaves)
             self._open_live -= 1
             retire(self._by_span_id, rec, self._template)
 

@@ -2,9 +2,8 @@
 
 :class:`SpanOpener` starts a mapped span in one of three ways: as a child record on the direct
 path's recorder (no context object), through the host's tracer at once, or, for a leaf of a
-recorded stream, as a :class:`~rulvar_otel.otel._deferred.DeferredSpan` made when it ends. It
-also keeps the order the tracer sees ends in: the waiting leaves are made before any other span
-ends, so children end before their parents, as the stream ends them.
+recorded stream, as a :class:`~rulvar_otel.otel._deferred.DeferredSpan` made when it ends (the
+queue it waits in keeps the order spans end in: see ``end_span``).
 """
 
 from __future__ import annotations
@@ -75,9 +74,3 @@ class SpanOpener:
         """A leaf whose span is made when it ends (``leaves`` is :attr:`leaves`)."""
         context = child_context(parent, template)
         return DeferredSpan(self._tracer, leaves, name, context, attrs, ns, identity)
-
-    def before_end(self, rec: MappedSpan) -> None:
-        """``rec`` ends next: the leaves waiting end first, unless it is one of them."""
-        leaves = self.leaves
-        if leaves is not None and rec.deferred is None and leaves.ready:
-            leaves.flush()

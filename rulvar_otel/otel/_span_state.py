@@ -25,7 +25,7 @@ from opentelemetry.trace import (
 )
 
 from rulvar_otel.otel import semconv as sc
-from rulvar_otel.otel._deferred import DeferredSpan
+from rulvar_otel.otel._deferred import DeferredSpan, LeafQueue
 from rulvar_otel.otel._records import SAMPLED, SpanRecord
 
 # What a mapped span holds while it is open: the host tracer's span, the direct path's record, or
@@ -319,8 +319,11 @@ def child_context(parent: MappedSpan, template: SpanContext | None) -> Context:
     return context
 
 
-def end_span(rec: MappedSpan, span: LiveSpan, ns: int, template: SpanContext | None) -> None:
-    """End ``span`` (``rec.span``) at ``ns``, kept within its start and span events.
+def end_span(
+    rec: MappedSpan, span: LiveSpan, ns: int, template: SpanContext | None, queue: LeafQueue | None
+) -> None:
+    """End ``span`` (``rec.span``) at ``ns``, kept within its start and span events; with a
+    ``queue``, a started span ends in the queue's next flush, in order (see _deferred).
 
     Ended records keep little: the SDK span is released, and a context in the shape of the export's
     ``template`` shrinks to its span id (see :func:`expand_context`).
@@ -329,7 +332,10 @@ def end_span(rec: MappedSpan, span: LiveSpan, ns: int, template: SpanContext | N
         ns = rec.start_ns  # a clock step backwards must not make a negative duration
     if ns < rec.events_end:
         ns = rec.events_end  # nor leave one of its span events outside it
-    span.end(end_time=ns)
+    if queue is not None and type(span) is not DeferredSpan:
+        queue.end_later(span, ns)
+    else:
+        span.end(end_time=ns)
     rec.ended = True
     rec.span = None  # the context is all a late child needs
     rec.child_context = None
