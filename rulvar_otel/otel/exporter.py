@@ -136,9 +136,8 @@ def export_events(
         )
     assert tracer is not None
     # A recorded stream: no one waits for a tool's span before its batch is made (see _deferred).
-    # Metrics ask every event's span for its context, so with a meter each span starts at once.
-    leaf_batch = _LEAF_BATCH if meter is None else 0
-    mapper, sinks = _sinks(tracer, masker, meter, run_id, chosen, parentage, leaf_batch)
+    # (Metrics ask every event's span for its context: with a meter, a leaf starts at its start.)
+    mapper, sinks = _sinks(tracer, masker, meter, run_id, chosen, parentage, _LEAF_BATCH)
     drained = drain_events(events, *sinks, outcome=outcome)
     if drained.source_error is not None:
         raise drained.source_error
