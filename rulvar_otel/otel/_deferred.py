@@ -26,6 +26,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import INVALID_SPAN_CONTEXT, Span, SpanContext, Status, StatusCode, Tracer
 from opentelemetry.util.types import Attributes, AttributeValue
 
+from rulvar_otel.otel._records import update_as_sdk
 from rulvar_otel.otel.ids import SPAN_IDENTITY
 
 __all__ = ["DeferredSpan", "LeafQueue"]
@@ -160,11 +161,7 @@ class DeferredSpan:
         if span is not None:
             span.set_attributes(attributes)
             return
-        own = self.attributes
-        for key, value in attributes.items():
-            if key in own:
-                del own[key]
-            own[key] = value
+        update_as_sdk(self.attributes, attributes)
 
     def add_event(self, name: str, attributes: Attributes = None, timestamp: int | None = None) -> None:
         span = self.span

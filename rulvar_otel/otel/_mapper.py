@@ -248,10 +248,10 @@ class SpanMapper:
                 end=self._end,
                 unsettled=unsettled,
             )
-            if self._leaves is not None:
-                self._leaves.flush()
         except Exception:  # noqa: BLE001
             _log.debug("finishing spans failed", exc_info=True)
+        if self._leaves is not None:
+            self._leaves.flush()  # whatever failed above: what waits reaches the tracer
         self._clock.summarize()
         return self.span_count
 

@@ -41,6 +41,7 @@ __all__ = [
     "RecordingTracer",
     "SpanRecord",
     "SpanRecorder",
+    "update_as_sdk",
 ]
 
 SAMPLED: Final = TraceFlags(TraceFlags.SAMPLED)
@@ -56,6 +57,14 @@ _INVALID_SPAN_ID: Final = trace.INVALID_SPAN_ID
 
 # (name, timestamp ns, attributes) of one span event.
 RecordEvent = tuple[str, int, Mapping[str, AttributeValue]]
+
+
+def update_as_sdk(own: dict[str, Any], attributes: Mapping[str, AttributeValue]) -> None:
+    """Set ``attributes`` in ``own`` as the SDK's attribute mapping does: a key set again moves to
+    the end (the exported order is the mapping's)."""
+    for key, value in attributes.items():
+        own.pop(key, None)
+        own[key] = value
 
 
 # Span-shaped, not an OpenTelemetry ``Span`` subclass: compiled, it is a native class (its fields
@@ -145,11 +154,7 @@ class SpanRecord:
 
     def set_attributes(self, attributes: Mapping[str, AttributeValue]) -> None:
         if self._on_end is not None:
-            own = self.attributes
-            for key, value in attributes.items():
-                if key in own:
-                    del own[key]
-                own[key] = value
+            update_as_sdk(self.attributes, attributes)
 
     def add_event(self, name: str, attributes: Attributes = None, timestamp: int | None = None) -> None:
         if self._on_end is not None:
