@@ -9,7 +9,7 @@ queue it waits in keeps the order spans end in: see ``end_span``).
 from __future__ import annotations
 
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, SpanContext, Tracer
+from opentelemetry.trace import Link, NoOpTracer, SpanContext, Tracer
 
 from rulvar_otel.otel._attributes import AttrValue
 from rulvar_otel.otel._deferred import DeferredSpan, LeafQueue
@@ -30,7 +30,9 @@ class SpanOpener:
         # The direct path's recorder: a child of a live record starts without any context object.
         self._recorder = tracer.recorder if isinstance(tracer, RecordingTracer) else None
         self._root_context = root_context  # the context a span without a parent starts in
-        self.leaves = LeafQueue(leaf_batch) if leaf_batch > 0 and self._recorder is None else None
+        # A no-op tracer makes nothing: nothing to wait for.
+        defers = leaf_batch > 0 and self._recorder is None and not isinstance(tracer, NoOpTracer)
+        self.leaves = LeafQueue(leaf_batch) if defers else None
 
     def context_for(self, parent: MappedSpan | None, template: SpanContext | None) -> Context:
         """The context a child of ``parent`` (the root, for None) starts in."""
