@@ -133,10 +133,11 @@ def _sink(meter: Meter, entry: MetricDefinition) -> _Sink:
     return _Sink(entry, entry.fold, None, instrument, lower)
 
 
-# Per event type: the sinks whose folds read it, and whether FoldState.advance reads it.
-_Plan = tuple[tuple[_Sink, ...], bool]
+# Per event type: the sinks whose folds read it, whether FoldState.advance reads it, and whether
+# a histogram among those sinks may take an exemplar (only then is the event's span asked for).
+_Plan = tuple[tuple[_Sink, ...], bool, bool]
 # The plan of a replayed agent:start/agent:end: no fold counts it, FoldState.advance pairs it.
-_PAIRING_ONLY: Final[_Plan] = ((), True)
+_PAIRING_ONLY: Final[_Plan] = ((), True, False)
 
 
 @mypyc_attr(native_class=False)  # weakly referenced by the collect hook
@@ -172,7 +173,11 @@ class _Folder:
             for kind in entry.on:
                 by_type.setdefault(kind, []).append(sink)
         self.plans: dict[str, _Plan] = {
-            kind: (tuple(by_type.get(kind, ())), kind in ADVANCE_TYPES)
+            kind: (
+                tuple(by_type.get(kind, ())),
+                kind in ADVANCE_TYPES,
+                any(sink.histogram is not None for sink in by_type.get(kind, ())),
+            )
             for kind in set(by_type) | ADVANCE_TYPES
         }
 
@@ -203,7 +208,7 @@ class _Folder:
     def _drain(self) -> None:
         queue, state, run_folds = self.queue, self.state, self._run_folds
         while queue:
-            event, (sinks, advance), span = queue.popleft()
+            event, (sinks, advance, _), span = queue.popleft()
             if sinks:
                 run_folds(sinks, event, span)
             if advance:
@@ -377,7 +382,9 @@ class MetricsRecorder:
                 plan = _PAIRING_ONLY
             queue = self._queue
             spans = self._spans
-            queue.append((wire, plan, spans.event_span_context() if spans is not None else None))
+            # Counters are summed, never given an exemplar: only a histogram's event asks its span.
+            span = spans.event_span_context() if spans is not None and plan[2] else None
+            queue.append((wire, plan, span))
             if kind == "run:end" or self._eager:
                 self._folder.work(flush_counters=True)
             elif len(queue) >= self._batch:
