@@ -21,7 +21,7 @@ from opentelemetry.trace import Status, StatusCode, Tracer
 from rulvar_otel.core.drain import drain_events
 from rulvar_otel.core.masking import compile_secret_masker
 from rulvar_otel.otel import create_mapper, export_events, semconv
-from rulvar_otel.otel._deferred import DeferredSpan, LeafQueue
+from rulvar_otel.otel._deferred import DeferredSpan, EndQueue
 from rulvar_otel.otel._mapper import SpanMapper
 from rulvar_otel.otel.ids import RulvarIdGenerator
 from tests._support import OK_OUTCOME, ev, events, outcome, stream_names
@@ -131,7 +131,7 @@ def _tool_stream() -> list[dict[str, Any]]:
 
 def test_a_leaf_asked_for_its_context_starts_at_once_under_the_id_it_is_exported_with() -> None:
     host = _Host()
-    mapper = SpanMapper(host.tracer, compile_secret_masker(None), leaf_batch=64)
+    mapper = SpanMapper(host.tracer, compile_secret_masker(None), end_batch=64)
     stream = _tool_stream()
     asked: dict[str, int] = {}
     for event in stream:
@@ -215,7 +215,7 @@ def test_a_deferred_span_ends_as_the_sdk_span_the_same_calls_make(
 ) -> None:
     direct, deferred = _Host(), _Host()
     _apply(direct.tracer.start_span("leaf", attributes=start, start_time=50), calls)
-    queue = LeafQueue(1)
+    queue = EndQueue(1)
     leaf = DeferredSpan(deferred.tracer, queue, "leaf", Context(), dict(start), 50, None)
     _apply(leaf, calls)
     assert queue.full

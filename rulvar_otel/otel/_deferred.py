@@ -4,7 +4,7 @@ A tool or invocation span has no children: while it is open nothing needs its co
 somebody asks for it (a metric's exemplar). :class:`DeferredSpan` keeps what the mapper does to
 such a span (attributes, span events, status) and starts the tracer's span only at its end, with
 every attribute in the one ``start_span`` call; setting attributes on a started SDK span costs a
-lock and a cleaning pass per call. :class:`LeafQueue` keeps the ended leaves, and the ends of the
+lock and a cleaning pass per call. :class:`EndQueue` keeps the ended leaves, and the ends of the
 spans started at once (runs, phases, agents), in stream order, and hands them to the tracer in one
 loop every ``limit`` entries: mapping a batch of events and then making a batch of spans keeps
 each loop's code and data in the caches, where alternating event by event evicts both.
@@ -29,14 +29,14 @@ from opentelemetry.util.types import Attributes, AttributeValue
 from rulvar_otel.otel._records import update_as_sdk
 from rulvar_otel.otel.ids import SPAN_IDENTITY
 
-__all__ = ["DeferredSpan", "LeafQueue"]
+__all__ = ["DeferredSpan", "EndQueue"]
 
 _log = logging.getLogger("rulvar_otel")
 
 _StatusCall = tuple["Status | StatusCode", "str | None"]
 
 
-class LeafQueue:
+class EndQueue:
     """What waits for the tracer, in stream order: ended leaves, and the ends of started spans.
 
     ``full`` once ``limit`` entries wait: the mapper then calls :meth:`flush` before its next
@@ -120,7 +120,7 @@ class DeferredSpan:
     def __init__(
         self,
         tracer: Tracer,
-        queue: LeafQueue,
+        queue: EndQueue,
         name: str,
         context: Context,
         attributes: dict[str, Any],  # the mapper's own: it hands the dict over

@@ -75,7 +75,11 @@ _UNTIMED_LIMIT: Final = 1024
 
 
 class SpanMapper:
-    """Maps one run's events onto OTel spans. Feed events in stream order, then ``finish``."""
+    """Maps one run's events onto OTel spans. Feed events in stream order, then ``finish``.
+
+    ``end_batch`` (0: off) is for a recorded stream, where no one waits for a span: leaf spans
+    start when they end, and ends are handed to the tracer that many at a time, in order.
+    """
 
     def __init__(
         self,
@@ -85,13 +89,14 @@ class SpanMapper:
         run_id: str | None = None,
         conventions: Iterable[str] = sc.DEFAULT_CONVENTIONS,
         parentage: Parentage = NO_PARENT,
-        leaf_batch: int = 0,
+        end_batch: int = 0,
     ) -> None:
         self._tracer = tracer
         # Parentage from the host: the root's context, and the caller's span to link (link mode).
-        # leaf_batch > 0: tool and invocation spans reach the tracer at their end, that many at once.
-        self._opener = SpanOpener(tracer, parentage.root_context, leaf_batch)
-        self._leaves = self._opener.leaves
+        # end_batch > 0: a tool or invocation span starts in the tracer at its end, and ends reach
+        # the tracer that many at a time, in stream order (a recorded stream: see _deferred).
+        self._opener = SpanOpener(tracer, parentage.root_context, end_batch)
+        self._ends = self._opener.ends
         self._host_link = parentage.link
         # The span the last fed event opened, closed or was attached to: its metrics' exemplar.
         self._event_span: MappedSpan | None = None
@@ -170,8 +175,8 @@ class SpanMapper:
             return
         self.event_count += 1
         self._event_span = None
-        if (leaves := self._leaves) is not None and leaves.full:
-            leaves.flush()
+        if (ends := self._ends) is not None and ends.full:
+            ends.flush()
         try:
             wire = event if type(event) is dict else dict(event)  # see ax.Event
             if self._run_id is None and isinstance(rid := wire.get("runId"), str):
@@ -250,8 +255,8 @@ class SpanMapper:
             )
         except Exception:  # noqa: BLE001
             _log.debug("finishing spans failed", exc_info=True)
-        if self._leaves is not None:
-            self._leaves.flush()  # whatever failed above: what waits reaches the tracer
+        if self._ends is not None:
+            self._ends.flush()  # whatever failed above: what waits reaches the tracer
         self._clock.summarize()
         return self.span_count
 
@@ -276,9 +281,9 @@ class SpanMapper:
         links = [Link(self._host_link)] if parent is None and self._host_link is not None else None
         ids = (self._run_id or "", identity) if self._identity else None
         context: SpanContext | int
-        if (leaves := self._leaves) is not None and parent is not None and kind in (TOOL, INVOCATION):
+        if (ends := self._ends) is not None and parent is not None and kind in (TOOL, INVOCATION):
             # A leaf of a recorded stream starts in the tracer when it ends (see _deferred).
-            span: LiveSpan = self._opener.defer(leaves, name, attrs, ns, parent, self._template, ids)
+            span: LiveSpan = self._opener.defer(ends, name, attrs, ns, parent, self._template, ids)
             context = INVALID_SPAN_CONTEXT
         else:
             span = self._opener.start(name, attrs, ns, parent, self._template, ids, links)
@@ -345,14 +350,14 @@ class SpanMapper:
             span.set_status(STATUS_OK)
         elif not waiting:
             span.set_status(STATUS_ERROR if message is None else Status(StatusCode.ERROR, message))
-        end_span(rec, span, ns, self._template, self._leaves)  # _end inlined: span is known to be set
+        end_span(rec, span, ns, self._template, self._ends)  # _end inlined: span is known to be set
         self._open_live -= 1
         retire(self._by_span_id, rec, self._template)
 
     def _end(self, rec: MappedSpan, ns: int) -> None:
         span = rec.span
         if span is not None:
-            end_span(rec, span, ns, self._template, self._leaves)
+            end_span(rec, span, ns, self._template, self._ends)
             self._open_live -= 1
             retire(self._by_span_id, rec, self._template)
 

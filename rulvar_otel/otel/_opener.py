@@ -12,7 +12,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, NoOpTracer, SpanContext, Tracer
 
 from rulvar_otel.otel._attributes import AttrValue
-from rulvar_otel.otel._deferred import DeferredSpan, LeafQueue
+from rulvar_otel.otel._deferred import DeferredSpan, EndQueue
 from rulvar_otel.otel._records import RecordingTracer, SpanRecord
 from rulvar_otel.otel._span_state import LiveSpan, MappedSpan, child_context
 from rulvar_otel.otel.ids import SPAN_IDENTITY
@@ -21,18 +21,19 @@ __all__ = ["SpanOpener"]
 
 
 class SpanOpener:
-    """Starts the mapper's spans in its tracer; ``leaf_batch`` > 0 defers leaves (see _deferred)."""
+    """Starts the mapper's spans in its tracer; ``end_batch`` > 0 defers leaves and hands ends
+    over that many at a time (see _deferred)."""
 
-    __slots__ = ("_recorder", "_root_context", "_tracer", "leaves")
+    __slots__ = ("_recorder", "_root_context", "_tracer", "ends")
 
-    def __init__(self, tracer: Tracer, root_context: Context, leaf_batch: int) -> None:
+    def __init__(self, tracer: Tracer, root_context: Context, end_batch: int) -> None:
         self._tracer = tracer
         # The direct path's recorder: a child of a live record starts without any context object.
         self._recorder = tracer.recorder if isinstance(tracer, RecordingTracer) else None
         self._root_context = root_context  # the context a span without a parent starts in
         # A no-op tracer makes nothing: nothing to wait for.
-        defers = leaf_batch > 0 and self._recorder is None and not isinstance(tracer, NoOpTracer)
-        self.leaves = LeafQueue(leaf_batch) if defers else None
+        defers = end_batch > 0 and self._recorder is None and not isinstance(tracer, NoOpTracer)
+        self.ends = EndQueue(end_batch) if defers else None
 
     def context_for(self, parent: MappedSpan | None, template: SpanContext | None) -> Context:
         """The context a child of ``parent`` (the root, for None) starts in."""
@@ -65,7 +66,7 @@ class SpanOpener:
 
     def defer(
         self,
-        leaves: LeafQueue,
+        ends: EndQueue,
         name: str,
         attrs: dict[str, AttrValue],
         ns: int,
@@ -73,6 +74,6 @@ class SpanOpener:
         template: SpanContext | None,
         identity: tuple[str, str] | None,
     ) -> DeferredSpan:
-        """A leaf whose span is made when it ends (``leaves`` is :attr:`leaves`)."""
+        """A leaf whose span is made when it ends (``ends`` is :attr:`ends`)."""
         context = child_context(parent, template)
-        return DeferredSpan(self._tracer, leaves, name, context, attrs, ns, identity)
+        return DeferredSpan(self._tracer, ends, name, context, attrs, ns, identity)

@@ -25,7 +25,7 @@ from opentelemetry.trace import (
 )
 
 from rulvar_otel.otel import semconv as sc
-from rulvar_otel.otel._deferred import DeferredSpan, LeafQueue
+from rulvar_otel.otel._deferred import DeferredSpan, EndQueue
 from rulvar_otel.otel._records import SAMPLED, SpanRecord
 
 # What a mapped span holds while it is open: the host tracer's span, the direct path's record, or
@@ -320,7 +320,7 @@ def child_context(parent: MappedSpan, template: SpanContext | None) -> Context:
 
 
 def end_span(
-    rec: MappedSpan, span: LiveSpan, ns: int, template: SpanContext | None, queue: LeafQueue | None
+    rec: MappedSpan, span: LiveSpan, ns: int, template: SpanContext | None, queue: EndQueue | None
 ) -> None:
     """End ``span`` (``rec.span``) at ``ns``, kept within its start and span events; with a
     ``queue``, a started span ends in the queue's next flush, in order (see _deferred).

@@ -27,7 +27,7 @@ from rulvar_otel.otel._parentage import Parentage, resolve_parent
 
 __all__ = ["create_mapper", "export_events", "to_otel"]
 
-_LEAF_BATCH: Final = 64  # leaf spans made in one loop by export_events (see _deferred)
+_END_BATCH: Final = 64  # span ends export_events hands to the tracer in one loop (see _deferred)
 
 
 def _conventions(conventions: Iterable[str] | None) -> frozenset[str]:
@@ -78,10 +78,10 @@ def _sinks(
     run_id: str | None,
     conventions: frozenset[str],
     parentage: Parentage,
-    leaf_batch: int = 0,
+    end_batch: int = 0,
 ) -> tuple[SpanMapper, list[Sink]]:
     mapper = SpanMapper(
-        tracer, masker, run_id=run_id, conventions=conventions, parentage=parentage, leaf_batch=leaf_batch
+        tracer, masker, run_id=run_id, conventions=conventions, parentage=parentage, end_batch=end_batch
     )
     sinks: list[Sink] = [mapper]
     if meter is not None:
@@ -137,7 +137,7 @@ def export_events(
     assert tracer is not None
     # A recorded stream: no one waits for a tool's span before its batch is made (see _deferred).
     # (Metrics ask every event's span for its context: with a meter, a leaf starts at its start.)
-    mapper, sinks = _sinks(tracer, masker, meter, run_id, chosen, parentage, _LEAF_BATCH)
+    mapper, sinks = _sinks(tracer, masker, meter, run_id, chosen, parentage, _END_BATCH)
     drained = drain_events(events, *sinks, outcome=outcome)
     if drained.source_error is not None:
         raise drained.source_error
