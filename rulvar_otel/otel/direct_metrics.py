@@ -147,7 +147,9 @@ def _series(entry: MetricDefinition) -> _Series:
     return _Series(entry, entry.fold, False, lower, ())
 
 
-_Plan = tuple[tuple[_Series, ...], bool]
+# Per event type: the series whose folds read it, whether FoldState.advance reads it, and whether
+# a histogram among them may take an exemplar (only then is the event's span read).
+_Plan = tuple[tuple[_Series, ...], bool, bool]
 
 
 class MetricsAggregator:
@@ -176,7 +178,11 @@ class MetricsAggregator:
             for kind in series.entry.on:
                 by_type.setdefault(kind, []).append(series)
         self._plans: dict[Any, _Plan] = {
-            kind: (tuple(by_type.get(kind, ())), kind in ADVANCE_TYPES)
+            kind: (
+                tuple(by_type.get(kind, ())),
+                kind in ADVANCE_TYPES,
+                any(series.histogram for series in by_type.get(kind, ())),
+            )
             for kind in set(by_type) | ADVANCE_TYPES
         }
         self._start_ns = time.time_ns()
@@ -429,8 +435,9 @@ class RunMetrics:
             return  # no definition reads it: skipped after one lookup
         queue = self._queue
         span_ids = self._span_ids
-        # Only an event some series folds can offer an exemplar: the others skip the lookup.
-        queue.append((wire, plan, _stamp(span_ids() if span_ids is not None and plan[0] else None)))
+        # Only an event a histogram folds can offer an exemplar (counters are summed): the others
+        # skip the lookup.
+        queue.append((wire, plan, _stamp(span_ids() if span_ids is not None and plan[2] else None)))
         if len(queue) >= _BATCH_EVENTS:
             with self._aggregator._lock:
                 self.drain()
@@ -457,7 +464,7 @@ class RunMetrics:
         """
         queue, state, fold = self._queue, self._state, self._aggregator._fold
         count = len(queue)  # the producer may append meanwhile (a reader collecting): fold these
-        for event, (series, advance), stamp in queue[:count]:
+        for event, (series, advance, _), stamp in queue[:count]:
             try:
                 if event.get("replayed") is True:
                     # It restates history already counted; only the agent pairing still reads it.

@@ -136,7 +136,7 @@ def export_events(
         )
     assert tracer is not None
     # A recorded stream: no one waits for a tool's span before its batch is made (see _deferred).
-    # (Metrics ask every event's span for its context: with a meter, a leaf starts at its start.)
+    # With a meter, a leaf starts when a histogram first reads one of its events (its exemplar).
     mapper, sinks = _sinks(tracer, masker, meter, run_id, chosen, parentage, _END_BATCH)
     drained = drain_events(events, *sinks, outcome=outcome)
     if drained.source_error is not None:
