@@ -37,6 +37,7 @@ COMPILED = (
     "rulvar_otel/otel/_span_state.py",
     "rulvar_otel/otel/_deferred.py",
     "rulvar_otel/otel/_opener.py",
+    "rulvar_otel/otel/_span_source.py",
     "rulvar_otel/otel/_tool_pairing.py",
     "rulvar_otel/otel/_wire.py",
     "rulvar_otel/otel/semconv.py",

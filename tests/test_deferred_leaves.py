@@ -3,16 +3,20 @@
 ``export_events`` through a tracer defers leaf spans and makes them in batches: the tracer must
 still end exactly the spans an unbatched mapping ends, in the same order (children before their
 parents), and a leaf asked for its context starts at once, under the id it is exported with.
+With a meter, the metrics read their exemplars' spans after each batch: no leaf starts alone.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.context import Context
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader, MetricsData
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -24,6 +28,7 @@ from rulvar_otel.otel import create_mapper, export_events, semconv
 from rulvar_otel.otel._deferred import DeferredSpan, EndQueue
 from rulvar_otel.otel._mapper import SpanMapper
 from rulvar_otel.otel.ids import RulvarIdGenerator
+from rulvar_otel.otel.metrics import MetricsRecorder
 from tests._support import OK_OUTCOME, ev, events, outcome, stream_names
 
 _LEAF_KINDS = {semconv.OPENINFERENCE_TOOL, semconv.OPENINFERENCE_LLM}
@@ -177,6 +182,100 @@ def test_a_tracer_failing_on_one_leaf_costs_that_leaf_alone() -> None:
     names = [s.name for s in host.memory.get_finished_spans()]
     assert len(names) == 3
     assert any("fetch" in n for n in names) and not any("search" in n for n in names)
+
+
+def _meter() -> tuple[InMemoryMetricReader, Any]:
+    reader = InMemoryMetricReader()
+    return reader, MeterProvider(metric_readers=[reader]).get_meter("t")
+
+
+def _metric_names(data: MetricsData | None) -> set[str]:
+    assert data is not None
+    return {
+        found.name
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for found in scope.metrics
+    }
+
+
+def _exemplar_spans(data: MetricsData | None, metric: str) -> list[int]:
+    assert data is not None
+    return [
+        exemplar.span_id
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for found in scope.metrics
+        if found.name == metric
+        for point in found.data.data_points
+        if isinstance(point, HistogramDataPoint)
+        for exemplar in point.exemplars
+        if exemplar.span_id is not None
+    ]
+
+
+def _started_alone(host: _Host) -> list[int]:
+    """Leaves whose start is not followed at once by their end: started before their batch."""
+    calls, leaves = host.calls.calls, host.leaf_ids()
+    return [
+        span_id
+        for at, (kind, span_id) in enumerate(calls)
+        if kind == "start" and span_id in leaves and calls[at + 1] != ("end", span_id)
+    ]
+
+
+def test_with_a_meter_the_leaves_still_reach_the_tracer_in_their_batches() -> None:
+    host = _Host()
+    reader, meter = _meter()
+    export_events(events("large"), host.tracer, meter=meter, outcome=outcome("large"))
+    leaves = host.leaf_ids()
+    assert len(leaves) > 5_000
+    # Only the leaves still waiting when run:end folds everything may start before their batch.
+    assert len(_started_alone(host)) < 64
+    data = reader.get_metrics_data()
+    for metric in (semconv.METRIC_TOOL_DURATION, "rulvar.invocation.duration"):
+        named = _exemplar_spans(data, metric)
+        assert named and set(named) <= leaves, metric
+
+
+def test_a_collection_on_another_thread_folds_up_to_a_waiting_leaf_and_starts_none() -> None:
+    host = _Host()
+    reader, meter = _meter()
+    mapper = SpanMapper(host.tracer, compile_secret_masker(None), end_batch=64)
+    recorder = MetricsRecorder(meter, spans=mapper)
+    stream = _tool_stream()
+    # A counted event (no exemplar), then the first tool call: its leaf waits for its batch.
+    stream.insert(2, ev("budget:exposure-wait", 1, "a", scope="run", willWait=True, model="m"))
+    for event in stream:
+        if event["type"] == "tool:end":
+            event["durationMs"] = 5
+    for event in stream[:5]:
+        mapper.feed(event)
+        recorder.feed(event)
+    before = list(host.calls.calls)
+    collected: list[MetricsData | None] = []
+    reading = threading.Thread(target=lambda: collected.append(reader.get_metrics_data()))
+    reading.start()
+    reading.join(timeout=10)
+    assert host.calls.calls == before  # the collection started no span
+    assert collected
+    # Folded up to the waiting leaf's event: the counter before it, no tool metric yet.
+    seen = _metric_names(collected[0])
+    assert semconv.METRIC_EXPOSURE_WAITS in seen
+    assert not seen & {semconv.METRIC_TOOL_DURATION, semconv.METRIC_TOOL_CALLS}
+    for event in stream[5:]:
+        mapper.feed(event)
+        recorder.feed(event)
+    mapper.finish(OK_OUTCOME)
+    recorder.finish(OK_OUTCOME)
+    tools = {
+        s.context.span_id
+        for s in host.memory.get_finished_spans()
+        if s.context is not None and ("search" in s.name or "fetch" in s.name)
+    }
+    assert len(tools) == 2
+    # Every observation is there in the end, each naming its exported tool span.
+    assert sorted(_exemplar_spans(reader.get_metrics_data(), semconv.METRIC_TOOL_DURATION)) == sorted(tools)
 
 
 _KEYS = st.sampled_from(["a", "b", "c"])

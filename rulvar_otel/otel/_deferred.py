@@ -12,13 +12,14 @@ each loop's code and data in the caches, where alternating event by event evicts
 The tracer sees the same spans (names, parents, attributes in the same order, span events,
 status, start and end times), ending in the same order; only when it sees them changes. Asking a
 deferred span for its context starts it at once; from then on it passes every call on, and its
-end still waits for its turn.
+end still waits for its turn. A metrics recorder beside the mapper reads its exemplars' spans
+after each batch (``after_flush``), when the batch's leaves keep their contexts.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from time import time_ns
 from typing import Any, Protocol, cast
 
@@ -44,7 +45,7 @@ class EndQueue:
     keeps their order: the tracer sees every span end where the stream ends it, children first.
     """
 
-    __slots__ = ("full", "limit", "ready", "waiting")
+    __slots__ = ("after_flush", "full", "keep_contexts", "limit", "ready", "waiting")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -52,6 +53,9 @@ class EndQueue:
         self.ready: list[object] = []
         self.waiting = 0
         self.full = False
+        # Set by a metrics recorder reading its exemplars' spans once their batch is made.
+        self.keep_contexts = False  # a leaf made in a batch keeps its context
+        self.after_flush: Callable[[], None] | None = None  # called at the end of every flush
 
     def ended(self, leaf: DeferredSpan) -> None:
         self.ready.append(leaf)
@@ -76,13 +80,17 @@ class EndQueue:
         self.waiting = 0
         self.full = False
         at, count = 0, len(ready)
+        keep = self.keep_contexts
         while at < count:
             item = ready[at]
             at += 1
             try:
                 if type(item) is DeferredSpan:
                     if not item.made:
-                        item.make()  # the made span is not kept: it is the tracer's from its end on
+                        # The made span is not kept: it is the tracer's from its end on.
+                        made = item.make()
+                        if keep:
+                            item.kept = made.get_span_context()
                     elif (started := item.span) is not None:
                         started.end(item.end_ns)  # started for its context once it had ended
                 else:
@@ -91,6 +99,12 @@ class EndQueue:
                     cast("_Ending", item).end(cast("int", end_ns))
             except Exception:  # noqa: BLE001 - the host's tracer must not cost the batch
                 _log.debug("a span could not be made or ended", exc_info=True)
+        after = self.after_flush
+        if after is not None:
+            try:
+                after()
+            except Exception:  # noqa: BLE001 - metrics never cost the spans
+                _log.debug("the span batch's listener failed", exc_info=True)
 
 
 class _Ending(Protocol):
@@ -107,6 +121,7 @@ class DeferredSpan:
         "end_ns",
         "events",
         "identity",
+        "kept",
         "made",
         "name",
         "queue",
@@ -142,6 +157,7 @@ class DeferredSpan:
         self.end_ns = -1  # set once ended
         self.made = False  # its span started (and ended, if it had); calls then pass on or drop
         self.span: Span | None = None  # the tracer's span, once started
+        self.kept: SpanContext | None = None  # its context, made in a batch that keeps contexts
 
     # --- the part of the Span API the mapper uses ---------------------------------------------
 
@@ -204,7 +220,8 @@ class DeferredSpan:
         span = self.span
         if span is None:
             if self.made:  # made in a batch and let go: the tracer has it
-                return INVALID_SPAN_CONTEXT
+                kept = self.kept
+                return kept if kept is not None else INVALID_SPAN_CONTEXT
             span = self.span = self.start()  # if it has ended, its end waits in the queue
         return span.get_span_context()
 

@@ -4,8 +4,9 @@
 run's outcome (``finish``). It implements the contract in ``docs/otel-mapping.md``; the attribute
 values come from the pure generators in ``_attributes``; span records live in ``_span_state``, host
 and scope lookups in ``_scopes``, inferred ends in ``_end_inference``, and how (and when) a span
-reaches the tracer in ``_opener``. Nothing a strange event
-carries may raise out of ``feed``: a failure on one event is counted and the stream goes on.
+reaches the tracer in ``_opener``; which span an event belongs to (for metrics) in
+``_span_source``. Nothing a strange event carries may raise out of ``feed``: a failure on one
+event is counted and the stream goes on.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from rulvar_otel.otel._opener import SpanOpener
 from rulvar_otel.otel._parentage import NO_PARENT, Parentage, start_back_link
 from rulvar_otel.otel._records import STATUS_ERROR, STATUS_OK
 from rulvar_otel.otel._scopes import hosts_events, innermost_open, innermost_scope
+from rulvar_otel.otel._span_source import EventSpans
 from rulvar_otel.otel._span_state import (
     AGENT,
     CHILD,
@@ -52,12 +54,9 @@ from rulvar_otel.otel._span_state import (
     MappedSpan,
     RetiredSpan,
     end_span,
-    expand_context,
-    full_context,
     kept_context,
     keyed,
     retire,
-    span_ids,
     template_shape,
 )
 from rulvar_otel.otel._tool_pairing import ToolPairing, tool_keys
@@ -74,7 +73,7 @@ _WAITING: Final = "suspended"
 _UNTIMED_LIMIT: Final = 1024
 
 
-class SpanMapper:
+class SpanMapper(EventSpans):
     """Maps one run's events onto OTel spans. Feed events in stream order, then ``finish``.
 
     ``end_batch`` (0: off) is for a recorded stream, where no one waits for a span: leaf spans
@@ -93,13 +92,9 @@ class SpanMapper:
     ) -> None:
         self._tracer = tracer
         # Parentage from the host: the root's context, and the caller's span to link (link mode).
-        # end_batch > 0: a tool or invocation span starts in the tracer at its end, and ends reach
-        # the tracer that many at a time, in stream order (a recorded stream: see _deferred).
         self._opener = SpanOpener(tracer, parentage.root_context, end_batch)
-        self._ends = self._opener.ends
+        EventSpans.__init__(self, self._opener.ends)
         self._host_link = parentage.link
-        # The span the last fed event opened, closed or was attached to: its metrics' exemplar.
-        self._event_span: MappedSpan | None = None
         self._openinference = sc.CONVENTION_OPENINFERENCE in frozenset(conventions)
         self._identity = reads_identity(tracer)
         self._mask: Callable[[str], str] = MaskMemo(masker.mask_flat).__getitem__
@@ -117,10 +112,8 @@ class SpanMapper:
         self._scopes: list[MappedSpan] = []  # phase and child spans in start order, lazily popped
         self._phases: list[MappedSpan] = []
         self._leftovers: list[MappedSpan] = []
-        self._first_run: MappedSpan | None = None
         # The first span of the export: a stream that starts mid-run still lands in one trace.
         self._anchor: MappedSpan | None = None
-        self._template: SpanContext | None = None  # the anchor's context, for compact contexts
         self._template_trace_id = -1  # records of this trace and state: kept by span id
         self._template_state: object = None
         self._current_run: MappedSpan | None = None
@@ -156,18 +149,6 @@ class SpanMapper:
     def bad_timestamps(self) -> int:
         """Events whose ts was not a string, malformed or out of range (each took another time)."""
         return self._clock.bad
-
-    def event_span_context(self) -> SpanContext | None:
-        """The span the last fed event opened, closed or was attached to (None when none)."""
-        return full_context(rec, self._template) if (rec := self._event_span) is not None else None
-
-    def event_span_ids(self) -> tuple[int, int] | None:
-        """:meth:`event_span_context` as (trace id, span id), building no context (None: none, invalid)."""
-        return span_ids(rec, self._template) if (rec := self._event_span) is not None else None
-
-    def run_span_context(self) -> SpanContext | None:
-        """The first run span's context (the per-run metrics' exemplar), None before one opens."""
-        return expand_context(rec, self._template) if (rec := self._first_run) is not None else None
 
     def feed(self, event: Mapping[str, Any]) -> None:
         """Map one wire-form event. Never raises for any event shape."""
@@ -301,7 +282,7 @@ class SpanMapper:
             rec.deferred = span
         self._event_span = rec
         if self._anchor is None and isinstance(context, SpanContext):
-            self._anchor, self._template = rec, context
+            self._anchor, self._template, self._template_trace = rec, context, context.trace_id
             self._template_trace_id, self._template_state = template_shape(context)
         self.span_count += 1
         opened = self._open

@@ -278,16 +278,19 @@ def full_context(rec: MappedSpan, template: SpanContext | None) -> SpanContext:
     return full
 
 
-def span_ids(rec: MappedSpan, template: SpanContext | None) -> tuple[int, int] | None:
+def span_ids(rec: MappedSpan, template_trace_id: int) -> tuple[int, int] | None:
     """``rec``'s (trace id, span id) as :func:`expand_context` would give them, without building a
-    SpanContext (a metric exemplar needs the two ids only); None for an invalid span."""
+    SpanContext (a metric exemplar needs the two ids only); None for an invalid span.
+
+    ``template_trace_id`` is the export template's trace id, read once by the caller (a
+    SpanContext's fields are interpreted properties: costly per event).
+    """
     if rec.deferred is not None:
         _undefer(rec)
     ctx = rec.context
     if isinstance(ctx, SpanContext):
         return (ctx.trace_id, ctx.span_id) if ctx.is_valid else None
-    assert template is not None  # only compacted against a template
-    trace_id = template.trace_id
+    trace_id = template_trace_id
     return (trace_id, ctx) if trace_id != INVALID_TRACE_ID and ctx != INVALID_SPAN_ID else None
 
 

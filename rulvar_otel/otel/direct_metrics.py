@@ -94,10 +94,9 @@ _OVERFLOW_KEY: Final[_Key] = ((semconv.METRIC_OVERFLOW, True),)
 
 # (trace id, span id) of a valid span: all an exemplar keeps of it.
 _SpanIds = tuple[int, int]
-# When an event was observed and its span: (time ns, trace id, span id), made once per event and
-# shared by all of that event's observations.
+# When an observation was folded and its event's span: (time ns, trace id, span id).
 _Stamp = tuple[int, int, int]
-# One exemplar: an observed value and its event's stamp.
+# One exemplar: an observed value and its stamp.
 _Exemplar = tuple[float, _Stamp]
 
 
@@ -134,8 +133,9 @@ class _Series:
     buckets: dict[_Key, _Buckets] = field(default_factory=dict)
     cache: dict[_Raw, _Key] = field(default_factory=dict)
     raw_sums: dict[_Raw, float] = field(default_factory=dict)
-    # raw attributes -> the values waiting and, beside each, its event's stamp (None: no span)
-    pending: dict[_Raw, tuple[list[float], list[_Stamp | None]]] = field(default_factory=dict)
+    # raw attributes -> the values waiting and, beside each, its event's span (None: no span) and
+    # when it was folded (one time per batch: the batch is folded at once)
+    pending: dict[_Raw, tuple[list[float], list[_SpanIds | None], list[int]]] = field(default_factory=dict)
     waiting: int = 0
 
 
@@ -217,7 +217,8 @@ class MetricsAggregator:
         state: FoldState,
         plan: tuple[_Series, ...],
         event: WireEvent,
-        stamp: _Stamp | None = None,
+        ids: _SpanIds | None = None,
+        now: int = 0,
     ) -> None:
         for series in plan:
             try:
@@ -229,9 +230,10 @@ class MetricsAggregator:
                     for value, raw in observations:
                         waiting = pending.get(raw)
                         if waiting is None:
-                            waiting = pending[raw] = ([], [])
+                            waiting = pending[raw] = ([], [], [])
                         waiting[0].append(value)
-                        waiting[1].append(stamp)
+                        waiting[1].append(ids)
+                        waiting[2].append(now)
                     series.waiting += len(observations)
                     if series.waiting >= _PENDING_LIMIT:
                         self._settle(series)
@@ -260,7 +262,7 @@ class MetricsAggregator:
             series.raw_sums = {}
         if series.pending:
             bounds, buckets = series.bounds, series.buckets
-            for raw, (values, stamps) in series.pending.items():
+            for raw, (values, spans, times) in series.pending.items():
                 key = cache.get(raw)
                 if key is None:
                     key = self._resolve(series, raw)
@@ -273,7 +275,7 @@ class MetricsAggregator:
                     key = _OVERFLOW_KEY
                 if found is None:
                     found = buckets[key] = _Buckets([0] * (len(bounds) + 1))
-                _count_into(found, bounds, values, stamps)
+                _count_into(found, bounds, values, spans, times)
                 found.total += sum(kept)
                 found.count += len(kept)
                 found.low = min(found.low, min(kept))
@@ -363,7 +365,11 @@ def _bucket_index(bounds: tuple[float, ...], value: float) -> int:
 
 
 def _count_into(
-    found: _Buckets, bounds: tuple[float, ...], values: list[float], stamps: list[_Stamp | None]
+    found: _Buckets,
+    bounds: tuple[float, ...],
+    values: list[float],
+    spans: list[_SpanIds | None],
+    times: list[int],
 ) -> None:
     """Count ``values`` (negative and NaN ones are refused, as by the SDK) into their buckets; each
     bucket keeps its latest exemplar (the SDK's aligned-bucket reservoir), so the values are read
@@ -376,9 +382,9 @@ def _count_into(
             bucket = _bucket_index(bounds, value)
             counts[bucket] += 1
             if latest[bucket] is None:
-                stamp = stamps[index]
-                if stamp is not None:
-                    latest[bucket] = (value, stamp)
+                ids = spans[index]
+                if ids is not None:
+                    latest[bucket] = (value, (times[index], ids[0], ids[1]))
     exemplars = found.exemplars
     for bucket, item in enumerate(latest):
         if item is not None:
@@ -387,11 +393,6 @@ def _count_into(
 
 def _context_ids(context: SpanContext | None) -> _SpanIds | None:
     return (context.trace_id, context.span_id) if context is not None and context.is_valid else None
-
-
-def _stamp(ids: _SpanIds | None) -> _Stamp | None:
-    """The stamp of an event observed now, in the span ``ids`` names (None: no span)."""
-    return (time.time_ns(), ids[0], ids[1]) if ids is not None else None
 
 
 def _span_ids_reader(spans: SpanSource | None) -> Callable[[], _SpanIds | None] | None:
@@ -422,7 +423,7 @@ class RunMetrics:
         self._state = FoldState(aggregator._masker)
         self._spans = spans
         self._span_ids = _span_ids_reader(spans)
-        self._queue: list[tuple[WireEvent, _Plan, _Stamp | None]] = []
+        self._queue: list[tuple[WireEvent, _Plan, _SpanIds | None]] = []
         self._finished = False
 
     def feed(self, event: Mapping[str, Any]) -> None:
@@ -437,7 +438,7 @@ class RunMetrics:
         span_ids = self._span_ids
         # Only an event a histogram folds can offer an exemplar (counters are summed): the others
         # skip the lookup.
-        queue.append((wire, plan, _stamp(span_ids() if span_ids is not None and plan[2] else None)))
+        queue.append((wire, plan, span_ids() if span_ids is not None and plan[2] else None))
         if len(queue) >= _BATCH_EVENTS:
             with self._aggregator._lock:
                 self.drain()
@@ -454,7 +455,7 @@ class RunMetrics:
             plan = self._plans.get(FINISH)
             if plan is not None:
                 run_span = self._spans.run_span_context() if self._spans is not None else None
-                aggregator._fold(self._state, plan[0], {}, _stamp(_context_ids(run_span)))
+                aggregator._fold(self._state, plan[0], {}, _context_ids(run_span), time.time_ns())
 
     def drain(self) -> None:
         """Fold every queued event, in order (the caller holds the aggregator's lock).
@@ -464,7 +465,8 @@ class RunMetrics:
         """
         queue, state, fold = self._queue, self._state, self._aggregator._fold
         count = len(queue)  # the producer may append meanwhile (a reader collecting): fold these
-        for event, (series, advance, _), stamp in queue[:count]:
+        now = time.time_ns()  # when this batch is folded: its exemplars' time
+        for event, (series, advance, _), ids in queue[:count]:
             try:
                 if event.get("replayed") is True:
                     # It restates history already counted; only the agent pairing still reads it.
@@ -472,7 +474,7 @@ class RunMetrics:
                         state.advance(event)
                     continue
                 if series:
-                    fold(state, series, event, stamp)
+                    fold(state, series, event, ids, now)
                 if advance:
                     state.advance(event)
             except Exception:  # noqa: BLE001 - a malformed event is skipped, not fatal

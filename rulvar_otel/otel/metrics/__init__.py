@@ -14,9 +14,10 @@ import math
 import threading
 import weakref
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from mypy_extensions import mypyc_attr
 from opentelemetry import trace
@@ -67,6 +68,9 @@ _CACHE_LIMIT: Final = 4096
 # enough that a batch's events are still in the CPU caches and none lives on into an older GC
 # generation (with the compiled folds, 32 beats 1,024 on the direct path: 1.18 against 1.25).
 _BATCH_EVENTS: Final = 32
+# Events a recorder beside a recorded export's batched spans lets wait at most: it folds after
+# each batch of spans (a few dozen span ends), so this bound only holds a stream without ends.
+_SPAN_BATCH_EVENTS: Final = 1024
 
 # The observable gauge whose callback folds queued events and flushes counter sums before each
 # collection; it never reports a value.
@@ -88,11 +92,32 @@ class SpanSource(Protocol):
         """The run's span (the per-run observations at finish belong to it)."""
 
 
+class _BatchedSpans(Protocol):
+    """A span source whose leaf spans may wait for a batch (the span mapper of ``export_events``):
+    an event's span is read once its batch is made, so asking never starts one on its own."""
+
+    def event_span_ref(self) -> object: ...
+
+    def span_context_of(self, ref: Any) -> SpanContext: ...
+
+    def span_made(self, ref: Any) -> bool: ...
+
+    def after_each_batch(self, callback: Callable[[], None]) -> bool: ...
+
+
 def exemplar_context(span: SpanContext | None) -> Context | None:
     """The context a histogram observation is recorded in, so the SDK's exemplar names ``span``."""
     if span is None or not span.is_valid:
         return None
     return trace.set_span_in_context(NonRecordingSpan(span), Context())
+
+
+def _span_of(batched: _BatchedSpans, ref: object) -> SpanContext | None:
+    try:
+        return batched.span_context_of(ref)
+    except Exception:  # noqa: BLE001 - a host's tracer failing on a leaf costs its exemplar alone
+        _log.debug("metrics: the exemplar's span could not be read", exc_info=True)
+        return None
 
 
 _Instrument = Counter | Histogram | UpDownCounter
@@ -161,9 +186,12 @@ class _Folder:
         self.masker = masker
         self.state = FoldState(masker)
         self.lock = threading.Lock()
-        # (event, plan, the span its observations belong to: the exemplar's)
-        self.queue: deque[tuple[WireEvent, _Plan, SpanContext | None]] = deque()
+        # (event, plan, the span its observations belong to: the exemplar's, or a reference to
+        # it that `batched` reads)
+        self.queue: deque[tuple[WireEvent, _Plan, object]] = deque()
         self.spans: SpanSource | None = None
+        self.batched: _BatchedSpans | None = None
+        self.feeder = 0  # the thread feeding a batched source: only it may start a waiting leaf
         # counter slot key -> [instrument, masked attributes, running sum]
         self.counters: dict[int, list[Any]] = {}
         self.slots = itertools.count()
@@ -187,7 +215,7 @@ class _Folder:
             _log.debug("metrics: recorder busy; this collection sees the previous flush")
             return
         try:
-            self._drain()
+            self._drain(self.batched is not None and threading.get_ident() != self.feeder)
             if flush_counters:
                 self._flush_counters()
         except Exception:  # noqa: BLE001 - telemetry never breaks the host
@@ -205,12 +233,19 @@ class _Folder:
             finally:
                 self._flush_counters()
 
-    def _drain(self) -> None:
-        queue, state, run_folds = self.queue, self.state, self._run_folds
+    def _drain(self, foreign: bool = False) -> None:
+        """Fold what waits, in order. ``foreign``: another thread than the feeding one (a
+        reader's collection) folds up to the first event whose span still waits for its batch."""
+        queue, state, run_folds, batched = self.queue, self.state, self._run_folds, self.batched
         while queue:
+            waiting = queue[0][2] if foreign and batched is not None else None
+            if waiting is not None and batched is not None and not batched.span_made(waiting):
+                return  # the feeding thread folds it after the batch (a start here would race)
             event, (sinks, advance, _), span = queue.popleft()
             if sinks:
-                run_folds(sinks, event, span)
+                if batched is not None and span is not None:
+                    span = _span_of(batched, span)
+                run_folds(sinks, event, cast("SpanContext | None", span))
             if advance:
                 try:
                     state.advance(event)
@@ -343,6 +378,11 @@ class MetricsRecorder:
     are folded and handed to the SDK at ``run:end``, at ``finish``, on :meth:`flush` and before
     any reader of the meter collects, so no collection misses an observed event. An observed
     event must not be mutated afterwards (parsed JSON never is).
+
+    Beside ``export_events``, whose leaf spans reach the tracer in batches, the recorder folds
+    right after each batch of spans instead, and reads each exemplar's span then, so no leaf
+    starts on its own for its exemplar. A collection on another thread during that export then
+    folds the events up to the first whose span still waits for its batch; the rest follow it.
     """
 
     def __init__(
@@ -358,8 +398,19 @@ class MetricsRecorder:
         # Without a hook a reader would miss what waits: fold and flush each event as it comes.
         self._eager = hook is None
         self._batch = 1 if self._eager else _BATCH_EVENTS
+        self._span_of: Callable[[], object] | None = spans.event_span_context if spans is not None else None
         if hook is not None:
             hook.attach(self._folder)
+            # A recorded export's leaves wait for their batch: fold after each batch is made, and
+            # read the spans then, so no exemplar starts a leaf on its own (see otel/_deferred).
+            after_each_batch = getattr(spans, "after_each_batch", None)
+            fold_batch = partial(self._folder.work, flush_counters=False)
+            if after_each_batch is not None and after_each_batch(fold_batch):
+                batched = cast("_BatchedSpans", spans)
+                self._folder.batched = batched
+                self._folder.feeder = threading.get_ident()
+                self._span_of = batched.event_span_ref
+                self._batch = _SPAN_BATCH_EVENTS
         # Folds what is queued and detaches at finish, or when dropped without a finish.
         self._release = weakref.finalize(self, _release, hook, self._folder)
         self._finished = False
@@ -381,10 +432,9 @@ class MetricsRecorder:
                     return
                 plan = _PAIRING_ONLY
             queue = self._queue
-            spans = self._spans
+            span_of = self._span_of
             # Counters are summed, never given an exemplar: only a histogram's event asks its span.
-            span = spans.event_span_context() if spans is not None and plan[2] else None
-            queue.append((wire, plan, span))
+            queue.append((wire, plan, span_of() if span_of is not None and plan[2] else None))
             if kind == "run:end" or self._eager:
                 self._folder.work(flush_counters=True)
             elif len(queue) >= self._batch:
