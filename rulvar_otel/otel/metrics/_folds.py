@@ -15,7 +15,7 @@ the recorder masks every string attribute value.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias, TypeVar
 
@@ -70,7 +70,7 @@ _T = TypeVar("_T")
 AttrValue: TypeAlias = str | bool
 # (value, attribute values in the order of the definition's `attributes`; None: absent)
 Observation: TypeAlias = tuple[float, tuple[AttrValue | None, ...]]
-Fold: TypeAlias = Callable[["FoldState", WireEvent], Sequence[Observation]]
+Fold: TypeAlias = Callable[["FoldState", WireEvent], tuple[Observation, ...]]
 
 UNKNOWN: Final = "unknown"
 NONE: Final = "none"
@@ -114,6 +114,8 @@ ADVANCE_TYPES: Final = frozenset(
 
 # Distinct model refs a fold state remembers the masked split of.
 _MODEL_CACHE_LIMIT: Final = 256
+# Distinct ts strings a fold state remembers the time of (a stream's events share few stamps).
+_TS_CACHE_LIMIT: Final = 1024
 
 # The replayed events FoldState.advance still reads: agent pairing sees the whole stream.
 PAIRED_TYPES: Final = frozenset({"agent:start", "agent:end"})
@@ -150,6 +152,22 @@ class FoldState:
     _second_value: Any = None
     # model ref -> model(ref): a run names a handful of models, on most of its events
     _models: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # ts string -> epoch ns: an agent's duration reads two stamps, most of them seen before
+    _times: dict[str, int] = field(default_factory=dict)
+
+    def ts(self, value: Any) -> int | None:
+        """``ts_ns(value)``, remembered for the strings seen last (parsing one costs a datetime)."""
+        if type(value) is not str:
+            return _ts(value)
+        known = self._times.get(value)
+        if known is not None:
+            return known
+        ns = _ts(value)
+        if ns is not None:
+            if len(self._times) >= _TS_CACHE_LIMIT:
+                self._times.clear()  # bounded whatever the stream holds
+            self._times[value] = ns
+        return ns
 
     def shared(self, event: WireEvent, build: Callable[[FoldState, WireEvent], _T]) -> _T:
         """``build(self, event)``, computed once per event however many folds ask for it."""
@@ -208,7 +226,7 @@ class FoldState:
                 counts[0 if kind == "agent:phase:end" else 1] += 1
         elif kind == "run:start":
             self.workflow = _str(event.get("workflow"), self.workflow)
-            self.run_start_ts = _ts(event.get("ts"))
+            self.run_start_ts = self.ts(event.get("ts"))
         elif kind == "agent:start":
             # Replayed agent:start/agent:end reach here too (and nothing else replayed does): the
             # folds pair agents exactly as every other consumer does, but count only live facts.
@@ -311,7 +329,7 @@ def _settled_reason(event: WireEvent, settled: bool) -> str:
     return reason if reason == "superseded" else OTHER
 
 
-def fold_runs_settled(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_runs_settled(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     if event.get("type") == "run:end":
         status, completion, settled = _run_terminal(event)
         workflow = _workflow(state, event)
@@ -327,15 +345,15 @@ def fold_runs_settled(state: FoldState, event: WireEvent) -> Sequence[Observatio
     return ((1, (workflow, status, completion, settled, reason)),)
 
 
-def fold_run_duration(state: FoldState, event: WireEvent) -> Sequence[Observation]:
-    end = _ts(event.get("ts"))
+def fold_run_duration(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
+    end = state.ts(event.get("ts"))
     if end is None or state.run_start_ts is None:
         return ()
     status, _, _ = _run_terminal(event)
     return ((_seconds(state.run_start_ts, end), (_workflow(state, event), status)),)
 
 
-def fold_run_cost(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_run_cost(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     usd = _num(event.get("totalUsd"))
     if usd is None:
         usd = _num(_mapping(event.get("envelope")).get("totalUsd"))
@@ -354,18 +372,20 @@ def _phase_attrs(state: FoldState, event: WireEvent) -> tuple[str, str, str, str
     return state.shared(event, _build_phase_attrs)
 
 
-def fold_invocation_tokens(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_invocation_tokens(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     usage = _mapping(event.get("usage"))
-    base = _phase_attrs(state, event)
-    out: list[Observation] = []
-    for token_type, key in (("input", "inputTokens"), ("output", "outputTokens")):
-        tokens = _num(usage.get(key))
-        if tokens is not None and tokens >= 0:
-            out.append((tokens, (*base, token_type)))
-    return out
+    workflow, model, provider, role = _phase_attrs(state, event)
+    given = _num(usage.get("inputTokens"))
+    made = _num(usage.get("outputTokens"))
+    # Spelled out (no loop, no unpacking into a new tuple): it runs for every invocation.
+    read = (given, (workflow, model, provider, role, "input")) if given is not None and given >= 0 else None
+    wrote = (made, (workflow, model, provider, role, "output")) if made is not None and made >= 0 else None
+    if read is None:
+        return () if wrote is None else (wrote,)
+    return (read,) if wrote is None else (read, wrote)
 
 
-def fold_invocation_duration(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_invocation_duration(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     millis = _num(event.get("durationMs"))
     if millis is None or millis < 0:
         return ()
@@ -374,7 +394,7 @@ def fold_invocation_duration(state: FoldState, event: WireEvent) -> Sequence[Obs
     return ((millis / 1000.0, (*_phase_attrs(state, event), error)),)
 
 
-def fold_spend(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_spend(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     usd = _num(event.get("costUsd"))
     if usd is None or usd < 0:
         return ()
@@ -395,16 +415,16 @@ def _agent_end_attrs(state: FoldState, event: WireEvent) -> tuple[str, str, str,
     return state.shared(event, _build_agent_end_attrs)
 
 
-def fold_agent_invocations(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_agent_invocations(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     return ((1, _agent_end_attrs(state, event)),)
 
 
 def _build_agent_seconds(state: FoldState, event: WireEvent) -> float | None:
     span = state.agents.get(event.get("spanId"))
-    end = _ts(event.get("ts"))
+    end = state.ts(event.get("ts"))
     if span is None or span.replayed or end is None:
         return None  # a replayed start's time is a re-stamp, not when the agent began
-    start = span.start_ns
+    start = state.ts(span.ts)
     return None if start is None else _seconds(start, end)
 
 
@@ -413,7 +433,7 @@ def agent_seconds(state: FoldState, event: WireEvent) -> float | None:
     return state.shared(event, _build_agent_seconds)
 
 
-def fold_agent_duration(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_agent_duration(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     seconds = agent_seconds(state, event)
     if seconds is None:
         return ()
@@ -444,7 +464,7 @@ def _error_class(state: FoldState, event: WireEvent) -> str:
     return "error"
 
 
-def fold_agent_errors(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_agent_errors(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     error = _mapping(event.get("error"))
     return (
         (
@@ -478,11 +498,11 @@ def _build_tool_attrs(state: FoldState, event: WireEvent) -> tuple[str, str, str
     )
 
 
-def fold_tool_calls(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_tool_calls(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     return ((1, state.shared(event, _build_tool_attrs)),)
 
 
-def fold_tool_duration(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_tool_duration(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     millis = _num(event.get("durationMs"))
     if millis is None or millis < 0:
         return ()
@@ -500,12 +520,12 @@ def _quota_dimension(reason: Any) -> str:
     return UNKNOWN
 
 
-def fold_quota_denials(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_quota_denials(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     model, provider = state.model(event.get("model"))
     return ((1, (state.workflow, model, provider, _quota_dimension(event.get("reason")))),)
 
 
-def fold_exposure_waits(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_exposure_waits(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     return (
         (
             1,
@@ -519,43 +539,43 @@ def fold_exposure_waits(state: FoldState, event: WireEvent) -> Sequence[Observat
     )
 
 
-def fold_spawns_admitted(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_spawns_admitted(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     return ((1, (state.workflow, _enum(event, "spawn:admitted", "verdict"), _agent_type(event))),)
 
 
-def fold_spawns_rejected(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_spawns_rejected(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     return ((1, (state.workflow, _str(event.get("code")), _agent_type(event))),)
 
 
-def fold_determinism(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_determinism(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     category = _enum(event, "determinism:warning", "category")
     return ((1, (state.workflow, category, _enum(event, "determinism:warning", "provenance"))),)
 
 
-def fold_ledger_ops(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_ledger_ops(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     return ((1, (state.workflow, _enum(event, "ledger:op", "op"))),)
 
 
-def fold_ledger_ops_per_spawn(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_ledger_ops_per_spawn(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     if state.spawns_admitted == 0:
         return ()  # undefined without a spawn; a zero would read as "spawns wrote nothing"
     return ((state.ledger_ops / state.spawns_admitted, (state.workflow,)),)
 
 
-def fold_render_size(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_render_size(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     size = _num(event.get("renderSize"))
     if size is None or size < 0:
         return ()
     return ((size, (state.workflow,)),)
 
 
-def fold_escalations(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_escalations(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     task = event.get("logicalTaskId")
     agent_type = state.task_agent_type.get(task, UNKNOWN) if isinstance(task, str) else UNKNOWN
     return ((1, (state.workflow, agent_type, _enum(event, "escalation:raised", "kind"))),)
 
 
-def fold_orchestrator_share(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_orchestrator_share(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     orchestrator = _mapping(state.cost_report().get("orchestrator"))
     share = _num(orchestrator.get("share"))
     spent = _num(orchestrator.get("spentUsd")) or 0.0
@@ -566,16 +586,16 @@ def fold_orchestrator_share(state: FoldState, event: WireEvent) -> Sequence[Obse
     return ()
 
 
-def fold_abandoned(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_abandoned(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     usd = state.abandoned_usd()
     return () if usd is None else ((usd, (state.workflow,)),)
 
 
-def fold_reclaimed(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_reclaimed(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     return ((state.reclaimed_usd, (state.workflow,)),)
 
 
-def fold_net_lost(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_net_lost(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     usd = state.abandoned_usd()
     return () if usd is None else ((usd - state.reclaimed_usd, (state.workflow,)),)
 

@@ -5,7 +5,6 @@ shared :class:`~rulvar_otel.otel.metrics._folds.FoldState`, read by the registry
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Final
 
 from rulvar_otel.core.wire import WireEvent
@@ -53,7 +52,7 @@ def _build_invoke_agent_attrs(state: FoldState, event: WireEvent) -> tuple[Any, 
     return (state.workflow, "invoke_agent", _agent_name(event), model, provider)
 
 
-def fold_invoke_agent_duration(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_invoke_agent_duration(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     seconds = agent_seconds(state, event)
     if seconds is None:
         return ()
@@ -69,21 +68,21 @@ def _agent_counts(state: FoldState, event: WireEvent) -> list[int] | None:
     return state.agent_calls.get(span_id, [0, 0]) if isinstance(span_id, str) else [0, 0]
 
 
-def fold_invoke_agent_inference_calls(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_invoke_agent_inference_calls(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     counts = _agent_counts(state, event)
     if counts is None:
         return ()
     return ((counts[0], state.shared(event, _build_invoke_agent_attrs)),)
 
 
-def fold_invoke_agent_tool_calls(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_invoke_agent_tool_calls(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     counts = _agent_counts(state, event)
     if counts is None:
         return ()
     return ((counts[1], state.shared(event, _build_invoke_agent_attrs)),)
 
 
-def fold_execute_tool_duration(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_execute_tool_duration(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     millis = _num(event.get("durationMs"))
     if millis is None or millis < 0:
         return ()
@@ -91,7 +90,7 @@ def fold_execute_tool_duration(state: FoldState, event: WireEvent) -> Sequence[O
     return ((millis / 1000.0, (state.workflow, "execute_tool", _str(event.get("toolName")), error)),)
 
 
-def fold_invoke_workflow_duration(state: FoldState, event: WireEvent) -> Sequence[Observation]:
+def fold_invoke_workflow_duration(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
     seconds = fold_run_duration(state, event)
     if not seconds:
         return ()
