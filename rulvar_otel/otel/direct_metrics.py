@@ -132,10 +132,11 @@ class _Series:
     sums: dict[_Key, float] = field(default_factory=dict)
     buckets: dict[_Key, _Buckets] = field(default_factory=dict)
     cache: dict[_Raw, _Key] = field(default_factory=dict)
-    raw_sums: dict[_Raw, float] = field(default_factory=dict)
+    # raw attributes -> [sum] (a cell: adding to it is one lookup, not a get and a set)
+    raw_sums: dict[_Raw, list[float]] = field(default_factory=dict)
     # raw attributes -> the values waiting and, beside each, its event's span (None: no span) and
     # when it was folded (one time per batch: the batch is folded at once)
-    pending: dict[_Raw, tuple[list[float], list[_SpanIds | None], list[int]]] = field(default_factory=dict)
+    pending: dict[_Raw, tuple[list[float], list[_SpanIds | None], list[Any]]] = field(default_factory=dict)
     waiting: int = 0
 
 
@@ -218,7 +219,7 @@ class MetricsAggregator:
         plan: tuple[_Series, ...],
         event: WireEvent,
         ids: _SpanIds | None = None,
-        now: int = 0,
+        now: Any = 0,  # an int, kept boxed: appended as is for every histogram value
     ) -> None:
         for series in plan:
             try:
@@ -241,7 +242,11 @@ class MetricsAggregator:
                     sums, lower = series.raw_sums, series.lower
                     for value, raw in observations:
                         if lower <= value < math.inf:  # as the SDK: no negative count, no NaN
-                            sums[raw] = sums.get(raw, 0) + value
+                            cell = sums.get(raw)
+                            if cell is None:
+                                sums[raw] = [value]
+                            else:
+                                cell[0] += value
                     if len(sums) >= _CACHE_LIMIT:
                         self._settle(series)
             except Exception:  # noqa: BLE001 - one bad fold never stops the others
@@ -252,7 +257,8 @@ class MetricsAggregator:
         cache = series.cache
         if series.raw_sums:
             sums = series.sums
-            for raw, value in series.raw_sums.items():
+            for raw, cell in series.raw_sums.items():
+                value = cell[0]
                 key = cache.get(raw)
                 if key is None:
                     key = self._resolve(series, raw)
@@ -369,7 +375,7 @@ def _count_into(
     bounds: tuple[float, ...],
     values: list[float],
     spans: list[_SpanIds | None],
-    times: list[int],
+    times: list[Any],
 ) -> None:
     """Count ``values`` (negative and NaN ones are refused, as by the SDK) into their buckets; each
     bucket keeps its latest exemplar (the SDK's aligned-bucket reservoir), so the values are read
@@ -465,7 +471,7 @@ class RunMetrics:
         """
         queue, state, fold = self._queue, self._state, self._aggregator._fold
         count = len(queue)  # the producer may append meanwhile (a reader collecting): fold these
-        now = time.time_ns()  # when this batch is folded: its exemplars' time
+        now: Any = time.time_ns()  # when this batch is folded: its exemplars' time (boxed once)
         for event, (series, advance, _), ids in queue[:count]:
             try:
                 if event.get("replayed") is True:
