@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from rulvar_otel.core.drain import drain
+from rulvar_otel.core.drain import drain, drain_events
 from rulvar_otel.core.handle import EventLike, RunOutcome, handle_from_events
 from rulvar_otel.core.masking import compile_secret_masker
 from rulvar_otel.otel import export_events, to_otel
@@ -217,6 +217,34 @@ def test_a_host_reusing_one_dict_exports_what_fresh_dicts_export(name: str) -> N
         assert metrics.points() == fresh_metrics.points(), way
         metrics.shutdown()
     fresh_metrics.shutdown()
+
+
+class _Kept:
+    """A sink keeping every event it is fed, as given."""
+
+    def __init__(self) -> None:
+        self.fed: list[Mapping[str, Any]] = []
+
+    def feed(self, event: Mapping[str, Any]) -> None:
+        self.fed.append(event)
+
+    def finish(self, outcome: object) -> None:
+        return None
+
+
+def test_a_list_of_dicts_is_read_as_it_is_and_any_other_source_is_copied() -> None:
+    stream = events("tools")
+    for source, copied in (
+        (stream, False),
+        (tuple(stream), False),
+        (iter(stream), True),
+        (_RefilledList(stream), True),
+    ):
+        kept = _Kept()
+        drain_events(source, kept)  # type: ignore[arg-type]
+        assert kept.fed == stream
+        # Nothing refills a list's dicts while it drains: no copy; a producer's, one each.
+        assert all((fed is not given) == copied for fed, given in zip(kept.fed, stream, strict=True)), source
 
 
 class _RefilledList(list[object]):

@@ -53,11 +53,14 @@ class DrainPass:
     """One drain: every event goes through :meth:`take`, whichever loop reads the source.
 
     ``interrupts`` is the drain's :class:`~rulvar_otel.core.drain.Interrupts` (``requested``
-    ends the stream before the next read; ``reading`` is set while a read blocks).
+    ends the stream before the next read; ``reading`` is set while a read blocks). ``owned``:
+    the source is a list or tuple, whose dicts no producer refills while the drain runs, so
+    they are read as they are (:func:`snapshot` copies every other event).
     """
 
-    def __init__(self, sinks: tuple[_Sink, ...], interrupts: _Hook | None) -> None:
+    def __init__(self, sinks: tuple[_Sink, ...], interrupts: _Hook | None, owned: bool = False) -> None:
         self.sinks = sinks
+        self.owned = owned
         # Bound once: this runs per event.
         self.feeds: tuple[Callable[[Mapping[str, Any]], None], ...] = tuple(sink.feed for sink in sinks)
         self.interrupts = interrupts
@@ -67,7 +70,7 @@ class DrainPass:
         self.interrupted = False
 
     def take(self, event: EventLike) -> None:
-        wire = snapshot(event)
+        wire = cast("dict[str, Any]", event) if self.owned and type(event) is dict else snapshot(event)
         self.count += 1
         if wire.get("type") == "run:end":
             self.last_run_end = wire

@@ -235,13 +235,16 @@ def drain_events(
     """:func:`drain` for a recorded stream, synchronously.
 
     Without ``outcome``, the run counts as ok exactly when its last ``run:end`` says ``ok`` and
-    is settled. A source that raises ends the stream as in :func:`drain`.
+    is settled. A source that raises ends the stream as in :func:`drain`. The dicts of a list or
+    tuple are read as they are, not copied: sinks may keep them (an open agent's opener), so
+    they must not change while a sink that was fed them is still in use.
     """
 
     def settle(run: DrainPass) -> RunOutcome | BaseException:
         return outcome if outcome is not None else outcome_from_run_end(run.last_run_end)
 
-    return _drain_sync(DrainPass(sinks, interrupts), iter(events), settle)
+    owned = type(events) is list or type(events) is tuple
+    return _drain_sync(DrainPass(sinks, interrupts, owned), iter(events), settle)
 
 
 def _drain_sync(
