@@ -163,6 +163,44 @@ def test_a_leaf_asked_for_its_context_starts_at_once_under_the_id_it_is_exported
     assert host.ended() == plain.ended()
 
 
+def _late_children() -> list[dict[str, Any]]:
+    """Agents ending before their last children (and a nested agent), batches flushed between."""
+    return [
+        ev("run:start", 0, "r", workflow="w"),
+        ev("agent:start", 1, "a", "r", agentId="a1"),
+        ev("agent:start", 2, "b", "a", agentId="b1"),
+        ev("tool:start", 3, "b", toolName="search", toolCallId="c1"),
+        ev("tool:end", 4, "b", toolName="search", toolCallId="c1", status="ok"),
+        ev("agent:end", 5, "b", status="ok"),
+        ev("agent:end", 6, "a", status="ok"),
+        ev("tool:start", 7, "a", toolName="late", toolCallId="c2"),
+        ev("tool:end", 8, "a", toolName="late", toolCallId="c2", status="ok"),
+        ev("agent:start", 9, "c", "b", agentId="c1"),
+        ev("agent:end", 10, "c", status="ok"),
+        ev("run:end", 11, "r", status="ok", settled=True),
+    ]
+
+
+@pytest.mark.parametrize("batch", [1, 2, 64])
+def test_an_agent_made_in_a_batch_still_parents_its_late_children(batch: int) -> None:
+    batched = _Host()
+    mapper = SpanMapper(batched.tracer, compile_secret_masker(None), end_batch=batch)
+    drain_events(_late_children(), mapper, outcome=OK_OUTCOME)
+    plain = _Host()
+    drain_events(_late_children(), create_mapper(plain.tracer), outcome=OK_OUTCOME)
+    assert batched.ended() == plain.ended()
+    spans = batched.memory.get_finished_spans()
+    by_id = {s.context.span_id: s for s in spans if s.context is not None}
+    late = next(s for s in spans if "late" in s.name)
+    assert late.parent is not None
+    assert by_id[late.parent.span_id].attributes[semconv.OPENINFERENCE_SPAN_KIND] == "AGENT"
+    # A parent reaches the processors before its children, made in a batch or not (ends: as above).
+    calls = batched.calls.calls
+    for s in spans:
+        if s.parent is not None and s.parent.span_id in by_id and s.context is not None:
+            assert calls.index(("start", s.parent.span_id)) < calls.index(("start", s.context.span_id))
+
+
 class _FailsOn:
     """A tracer that raises when asked to start one named span."""
 

@@ -1,19 +1,21 @@
-"""Leaf spans of a recorded stream, handed to the host's tracer when they end, in batches.
+"""Spans of a recorded stream handed to the host's tracer when they end, in batches.
 
 A tool or invocation span has no children: while it is open nothing needs its context unless
 somebody asks for it (a metric's exemplar). :class:`DeferredSpan` keeps what the mapper does to
 such a span (attributes, span events, status) and starts the tracer's span only at its end, with
 every attribute in the one ``start_span`` call; setting attributes on a started SDK span costs a
-lock and a cleaning pass per call. :class:`EndQueue` keeps the ended leaves, and the ends of the
-spans started at once (runs, phases, agents), in stream order, and hands them to the tracer in one
-loop every ``limit`` entries: mapping a batch of events and then making a batch of spans keeps
-each loop's code and data in the caches, where alternating event by event evicts both.
+lock and a cleaning pass per call. An agent span waits the same way until it ends or its first
+child starts (which starts it first: ``parent_ref``), and keeps its context once made, for a late
+child. :class:`EndQueue` keeps the ended waiting spans, and the ends of the spans started at once
+(runs, phases), in stream order, and hands them to the tracer in one loop every ``limit``
+entries: mapping a batch of events and then making a batch of spans keeps each loop's code and
+data in the caches, where alternating event by event evicts both.
 
 The tracer sees the same spans (names, parents, attributes in the same order, span events,
 status, start and end times), ending in the same order; only when it sees them changes. Asking a
 deferred span for its context starts it at once; from then on it passes every call on, and its
 end still waits for its turn. A metrics recorder beside the mapper reads its exemplars' spans
-after each batch (``after_flush``), when the batch's leaves keep their contexts.
+after each batch (``after_flush``), when the batch's spans keep their contexts.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ class EndQueue:
                     if not item.made:
                         # The made span is not kept: it is the tracer's from its end on.
                         made = item.make()
-                        if keep:
+                        if keep or item.keeps:
                             item.kept = made.get_span_context()
                     elif (started := item.span) is not None:
                         started.end(item.end_ns)  # started for its context once it had ended
@@ -112,7 +114,7 @@ class _Ending(Protocol):
 
 
 class DeferredSpan:
-    """A leaf span not yet started in the host's tracer (see the module docstring)."""
+    """A span not yet started in the host's tracer (see the module docstring)."""
 
     __slots__ = (
         "attributes",
@@ -121,9 +123,11 @@ class DeferredSpan:
         "end_ns",
         "events",
         "identity",
+        "keeps",
         "kept",
         "made",
         "name",
+        "parent_ref",
         "queue",
         "span",
         "start_ns",
@@ -137,15 +141,20 @@ class DeferredSpan:
         tracer: Tracer,
         queue: EndQueue,
         name: str,
-        context: Context,
+        context: Context | None,
         attributes: dict[str, Any],  # the mapper's own: it hands the dict over
         start_ns: int,
         identity: tuple[str, str] | None,
+        keeps: bool = False,
     ) -> None:
         self.tracer = tracer
         self.queue = queue
         self.name = name
-        self.context = context  # the parent's context the span starts in
+        self.context = context  # the parent's context the span starts in (None: see parent_ref)
+        # A parent that waits too: (resolve, parent, template), its context is resolve(parent,
+        # template) when this span starts (which starts the parent first).
+        self.parent_ref: tuple[Callable[[Any, Any], Context], Any, Any] | None = None
+        self.keeps = keeps  # a span that may have children: made in a batch, it keeps its context
         self.attributes = attributes
         self.start_ns = start_ns
         self.identity = identity  # SPAN_IDENTITY's value while the span starts, if ids read it
@@ -230,11 +239,16 @@ class DeferredSpan:
     def start(self) -> Span:
         """Start the tracer's span with everything kept so far."""
         self.made = True
+        context = self.context
+        if context is None and self.parent_ref is not None:
+            resolve, parent, template = self.parent_ref
+            context = resolve(parent, template)
+            self.parent_ref = None
         identity = self.identity
         token = SPAN_IDENTITY.set(identity) if identity is not None else None
         try:
             span = self.tracer.start_span(
-                self.name, context=self.context, attributes=self.attributes, start_time=self.start_ns
+                self.name, context=context, attributes=self.attributes, start_time=self.start_ns
             )
         finally:
             if token is not None:

@@ -262,9 +262,11 @@ class SpanMapper(EventSpans):
         links = [Link(self._host_link)] if parent is None and self._host_link is not None else None
         ids = (self._run_id or "", identity) if self._identity else None
         context: SpanContext | int
-        if (ends := self._ends) is not None and parent is not None and kind in (TOOL, INVOCATION):
-            # A leaf of a recorded stream starts in the tracer when it ends (see _deferred).
-            span: LiveSpan = self._opener.defer(ends, name, attrs, ns, parent, self._template, ids)
+        if (ends := self._ends) is not None and parent is not None and kind in (TOOL, INVOCATION, AGENT):
+            # A recorded stream's leaf or agent starts at its end or its first child's (see _deferred).
+            span: LiveSpan = self._opener.defer(
+                ends, name, attrs, ns, parent, self._template, ids, kind == AGENT
+            )
             context = INVALID_SPAN_CONTEXT
         else:
             span = self._opener.start(name, attrs, ns, parent, self._template, ids, links)

@@ -1,9 +1,9 @@
 """How the span mapper's spans reach the tracer, and when.
 
 :class:`SpanOpener` starts a mapped span in one of three ways: as a child record on the direct
-path's recorder (no context object), through the host's tracer at once, or, for a leaf of a
-recorded stream, as a :class:`~rulvar_otel.otel._deferred.DeferredSpan` made when it ends (the
-queue it waits in keeps the order spans end in: see ``end_span``).
+path's recorder (no context object), through the host's tracer at once, or, for a leaf or an agent
+of a recorded stream, as a :class:`~rulvar_otel.otel._deferred.DeferredSpan` made when it ends or
+its first child starts (the queue it waits in keeps the order spans end in: see ``end_span``).
 """
 
 from __future__ import annotations
@@ -73,7 +73,16 @@ class SpanOpener:
         parent: MappedSpan,
         template: SpanContext | None,
         identity: tuple[str, str] | None,
+        keeps: bool = False,
     ) -> DeferredSpan:
-        """A leaf whose span is made when it ends (``ends`` is :attr:`ends`)."""
-        context = child_context(parent, template)
-        return DeferredSpan(self._tracer, ends, name, context, attrs, ns, identity)
+        """A span made when it ends, or when its first child is (``ends`` is :attr:`ends`).
+
+        ``keeps``: the span may have children (an agent), so it keeps its context once made.
+        """
+        if parent.deferred is None:
+            context = child_context(parent, template)
+            return DeferredSpan(self._tracer, ends, name, context, attrs, ns, identity, keeps)
+        # The parent waits too: it starts when this span does, just before it.
+        span = DeferredSpan(self._tracer, ends, name, None, attrs, ns, identity, keeps)
+        span.parent_ref = (child_context, parent, template)
+        return span

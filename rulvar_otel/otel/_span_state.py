@@ -29,7 +29,7 @@ from rulvar_otel.otel._deferred import DeferredSpan, EndQueue
 from rulvar_otel.otel._records import SAMPLED, SpanRecord
 
 # What a mapped span holds while it is open: the host tracer's span, the direct path's record, or
-# a leaf that starts in the tracer at its end.
+# a span that starts in the tracer at its end (see _deferred).
 LiveSpan: TypeAlias = Span | SpanRecord | DeferredSpan
 
 __all__ = [
@@ -116,7 +116,7 @@ class MappedSpan:
         # The context children start in, built once per parent (and rebuilt once it has ended).
         self.child_context: Context | None = None
         self.key: str | None = None  # the spanId the mapper keys it by, if any
-        self.deferred: DeferredSpan | None = None  # a leaf whose span starts at its end
+        self.deferred: DeferredSpan | None = None  # a span that starts at its end (see _deferred)
 
 
 # An ended keyed span as the mapper keeps it: (span id, kind, start, segment, parent's key). A tuple
@@ -258,7 +258,7 @@ def expand_context(rec: MappedSpan, template: SpanContext | None) -> SpanContext
 
 
 def _undefer(rec: MappedSpan) -> None:
-    """Asked for its context, a deferred leaf starts in the tracer now (see _deferred)."""
+    """Asked for its context, a deferred span starts in the tracer now (see _deferred)."""
     deferred = rec.deferred
     if deferred is not None:
         rec.context = deferred.get_span_context()
@@ -315,8 +315,12 @@ def child_context(parent: MappedSpan, template: SpanContext | None) -> Context:
     ended: the ended span's context then stands for it)."""
     context = parent.child_context
     if context is None:
+        if parent.deferred is not None:
+            _undefer(parent)  # a parent waiting for its batch starts before its first child
         # An ended parent (or a record, which is no OTel span) stands in by its context.
         live = parent.span
+        if type(live) is DeferredSpan:
+            live = live.span  # the tracer's span, if it is still held
         span = live if isinstance(live, Span) else NonRecordingSpan(expand_context(parent, template))
         context = parent.child_context = trace.set_span_in_context(span)
     return context
