@@ -37,6 +37,8 @@ __all__ = ["DeferredSpan", "EndQueue"]
 _log = logging.getLogger("rulvar_otel")
 
 _StatusCall = tuple["Status | StatusCode", "str | None"]
+# A started span's attributes: never written (calls then pass on, or drop once it is let go).
+_HANDED_OVER: dict[str, Any] = {}
 
 
 class EndQueue:
@@ -175,6 +177,8 @@ class DeferredSpan:
         if span is not None:
             span.set_attribute(key, value)
             return
+        if self.made:
+            return  # made in a batch and let go: as on an ended SDK span, nothing changes
         # As the SDK's attribute mapping: setting a key again moves it to the end.
         attributes = self.attributes
         if key in attributes:
@@ -186,12 +190,16 @@ class DeferredSpan:
         if span is not None:
             span.set_attributes(attributes)
             return
+        if self.made:
+            return
         update_as_sdk(self.attributes, attributes)
 
     def add_event(self, name: str, attributes: Attributes = None, timestamp: int | None = None) -> None:
         span = self.span
         if span is not None:
             span.add_event(name, attributes, timestamp)
+            return
+        if self.made:
             return
         events = self.events
         if events is None:
@@ -204,6 +212,8 @@ class DeferredSpan:
         span = self.span
         if span is not None:
             span.set_status(status, description)
+            return
+        if self.made:
             return
         # Kept as calls: the SDK decides which one stands (OK is final, UNSET never overwrites).
         if self.status is None:
@@ -253,6 +263,9 @@ class DeferredSpan:
         finally:
             if token is not None:
                 SPAN_IDENTITY.reset(token)
+        # The tracer holds them now: a span kept for its context (an agent) keeps no more.
+        self.attributes = _HANDED_OVER
+        self.context = None
         events = self.events
         if events is not None:
             for at in range(0, len(events), 3):

@@ -58,7 +58,8 @@ class EventSpans:
 
     def after_each_batch(self, callback: Callable[[], None]) -> bool:
         """Call ``callback`` right after each batch of spans reaches the tracer, on the feeding
-        thread; every leaf made in it keeps its context. False: this export makes no batches."""
+        thread; every span made in it keeps its context. One callback: a later one replaces it.
+        False: this export makes no batches."""
         ends = self._ends
         if ends is None:
             return False

@@ -391,7 +391,7 @@ class MetricsRecorder:
         self._folder = _Folder(meter, masker if masker is not None else compile_secret_masker())
         # With the span mapper fed the same events first, each histogram observation is recorded
         # in its span's context: the SDK's exemplar carries that span's trace and span id.
-        self._folder.spans = self._spans = spans
+        self._folder.spans = spans
         self._plans: Mapping[Any, _Plan] = self._folder.plans
         self._queue = self._folder.queue
         hook = _collect_hook(meter)
