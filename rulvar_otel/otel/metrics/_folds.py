@@ -157,17 +157,14 @@ class FoldState:
 
     def ts(self, value: Any) -> int | None:
         """``ts_ns(value)``, remembered for the strings seen last (parsing one costs a datetime)."""
-        if type(value) is not str:
-            return _ts(value)
-        known = self._times.get(value)
-        if known is not None:
-            return known
-        ns = _ts(value)
-        if ns is not None:
-            if len(self._times) >= _TS_CACHE_LIMIT:
-                self._times.clear()  # bounded whatever the stream holds
-            self._times[value] = ns
-        return ns
+        known = self._times.get(value) if type(value) is str else None
+        if known is None:
+            known = _ts(value)
+            if known is not None and type(value) is str:
+                if len(self._times) >= _TS_CACHE_LIMIT:
+                    self._times.clear()  # bounded whatever the stream holds
+                self._times[value] = known
+        return known
 
     def shared(self, event: WireEvent, build: Callable[[FoldState, WireEvent], _T]) -> _T:
         """``build(self, event)``, computed once per event however many folds ask for it."""
@@ -377,7 +374,6 @@ def fold_invocation_tokens(state: FoldState, event: WireEvent) -> tuple[Observat
     workflow, model, provider, role = _phase_attrs(state, event)
     given = _num(usage.get("inputTokens"))
     made = _num(usage.get("outputTokens"))
-    # Spelled out (no loop, no unpacking into a new tuple): it runs for every invocation.
     read = (given, (workflow, model, provider, role, "input")) if given is not None and given >= 0 else None
     wrote = (made, (workflow, model, provider, role, "output")) if made is not None and made >= 0 else None
     if read is None:
