@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.context import Context
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader, MetricsData
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricsData
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -29,7 +29,7 @@ from rulvar_otel.otel._deferred import DeferredSpan, EndQueue
 from rulvar_otel.otel._mapper import SpanMapper
 from rulvar_otel.otel.ids import RulvarIdGenerator
 from rulvar_otel.otel.metrics import MetricsRecorder
-from tests._support import OK_OUTCOME, ev, events, outcome, stream_names
+from tests._support import OK_OUTCOME, ev, events, histogram_points, outcome, stream_names
 
 _LEAF_KINDS = {semconv.OPENINFERENCE_TOOL, semconv.OPENINFERENCE_LLM}
 
@@ -239,17 +239,8 @@ def _metric_names(data: MetricsData | None) -> set[str]:
 
 def _exemplar_spans(data: MetricsData | None, metric: str) -> list[int]:
     assert data is not None
-    return [
-        exemplar.span_id
-        for resource in data.resource_metrics
-        for scope in resource.scope_metrics
-        for found in scope.metrics
-        if found.name == metric
-        for point in found.data.data_points
-        if isinstance(point, HistogramDataPoint)
-        for exemplar in point.exemplars
-        if exemplar.span_id is not None
-    ]
+    points = histogram_points(data, metric)
+    return [ex.span_id for point in points for ex in point.exemplars if ex.span_id is not None]
 
 
 def _started_alone(host: _Host) -> list[int]:

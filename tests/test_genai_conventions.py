@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.metrics.export import HistogramDataPoint, MetricsData
+from opentelemetry.sdk.metrics.export import MetricsData
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -21,7 +21,7 @@ from rulvar_otel.otel import DirectSpanSink, MetricsAggregator, SpanMapper
 from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel.metrics import definition
 from rulvar_otel.otel.metrics.registry import InstrumentKind
-from tests._support import events, outcome, stream_names
+from tests._support import events, histogram_points, outcome, stream_names
 
 AGENT_DURATION = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 51.2, 102.4, 204.8, 409.6)
 CLIENT_DURATION = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
@@ -62,18 +62,6 @@ def _export(name: str) -> tuple[list[ReadableSpan], MetricsData]:
     return list(memory.get_finished_spans()), aggregator.metrics_data()
 
 
-def _points(data: MetricsData, name: str) -> list[HistogramDataPoint]:
-    return [
-        point
-        for resource in data.resource_metrics
-        for scope in resource.scope_metrics
-        for metric in scope.metrics
-        if metric.name == name
-        for point in metric.data.data_points
-        if isinstance(point, HistogramDataPoint)
-    ]
-
-
 def _live(stream: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [e for e in stream if e.get("type") == kind and e.get("replayed") is not True]
 
@@ -83,17 +71,17 @@ def test_every_corpus_export_follows_the_pinned_conventions(name: str) -> None:
     spans, data = _export(name)
     stream = events(name)
     for metric, (_, buckets) in PINNED.items():
-        for point in _points(data, metric):
+        for point in histogram_points(data, metric):
             assert tuple(point.explicit_bounds) == buckets, (name, metric)
             assert point.attributes is not None
             assert point.attributes[sc.GEN_AI_OPERATION_NAME] == metric.split(".")[1], (name, metric)
     # One observation per live agent:end (inference and tool calls) and per run terminal.
-    agents_ended = sum(p.count for p in _points(data, sc.GEN_AI_INVOKE_AGENT_INFERENCE_CALLS))
-    assert agents_ended == sum(p.count for p in _points(data, sc.GEN_AI_INVOKE_AGENT_TOOL_CALLS))
+    agents_ended = sum(p.count for p in histogram_points(data, sc.GEN_AI_INVOKE_AGENT_INFERENCE_CALLS))
+    assert agents_ended == sum(p.count for p in histogram_points(data, sc.GEN_AI_INVOKE_AGENT_TOOL_CALLS))
     assert agents_ended <= len(_live(stream, "agent:end"))
-    calls = sum(p.sum for p in _points(data, sc.GEN_AI_INVOKE_AGENT_INFERENCE_CALLS))
+    calls = sum(p.sum for p in histogram_points(data, sc.GEN_AI_INVOKE_AGENT_INFERENCE_CALLS))
     assert calls <= len(_live(stream, "agent:phase:end"))
-    tools = sum(p.sum for p in _points(data, sc.GEN_AI_INVOKE_AGENT_TOOL_CALLS))
+    tools = sum(p.sum for p in histogram_points(data, sc.GEN_AI_INVOKE_AGENT_TOOL_CALLS))
     assert tools <= len(_live(stream, "tool:end"))
     # invoke_workflow on every run and child span, with the workflow's name.
     for span in spans:
@@ -116,16 +104,16 @@ def test_the_corpus_exercises_the_agent_level_metrics() -> None:
     for name in stream_names():
         _, data = _export(name)
         for metric in PINNED:
-            counts[metric] += sum(p.count for p in _points(data, metric))
+            counts[metric] += sum(p.count for p in histogram_points(data, metric))
     assert all(count > 0 for count in counts.values()), counts
 
 
 def test_calls_per_agent_invocation_count_that_agents_own_invocations_and_tools() -> None:
     # approval: one agent, one invocation, two tool calls (one ran, one was denied).
     _, data = _export("approval")
-    (inference,) = _points(data, sc.GEN_AI_INVOKE_AGENT_INFERENCE_CALLS)
-    (tools,) = _points(data, sc.GEN_AI_INVOKE_AGENT_TOOL_CALLS)
+    (inference,) = histogram_points(data, sc.GEN_AI_INVOKE_AGENT_INFERENCE_CALLS)
+    (tools,) = histogram_points(data, sc.GEN_AI_INVOKE_AGENT_TOOL_CALLS)
     assert (inference.count, inference.sum, tools.count, tools.sum) == (1, 1, 1, 2)
-    (tool_duration, *more) = _points(data, sc.GEN_AI_EXECUTE_TOOL_DURATION)
+    (tool_duration, *more) = histogram_points(data, sc.GEN_AI_EXECUTE_TOOL_DURATION)
     errors = {p.attributes.get(sc.ERROR_TYPE) for p in (tool_duration, *more) if p.attributes}
     assert None in errors and len(errors) == 2  # the denied call names its error type

@@ -28,7 +28,7 @@ A fake OpenAI-compatible server (``_openai_server``)
 Metric streams (``_metric_streams``)
     ``build_stream``, ``adaptive_stream``, ``adaptive_outcome``, ``unsettled_quota_stream``,
     ``feed``, ``fold_reference``, ``attrs``, ``run_settled_key``, ``phase_attributes``,
-    ``count_and_sum``, ``T0``.
+    ``count_and_sum``, ``histogram_points``, ``T0``.
 PromQL reading (``_promql``)
     ``promql_references``, ``registry_series_labels``, ``assert_reads_only_the_registry``.
 Dashboards and alert rules (``_dashboards``)
@@ -133,6 +133,7 @@ from tests._support._metric_streams import (
     count_and_sum,
     feed,
     fold_reference,
+    histogram_points,
     phase_attributes,
     run_settled_key,
     unsettled_quota_stream,
@@ -233,6 +234,7 @@ __all__ = [
     "skip_status_line",
     "count_and_sum",
     "fold_reference",
+    "histogram_points",
     "phase_attributes",
     "run_settled_key",
     "OK_OUTCOME",

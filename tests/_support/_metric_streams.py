@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader, MetricsData
 
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.masking import SecretMasker
@@ -247,3 +247,18 @@ def count_and_sum(point: Any) -> tuple[int, float]:
     """A histogram point's (count, sum)."""
     count, total, _ = point
     return count, total
+
+
+def histogram_points(data: MetricsData | None, name: str) -> list[HistogramDataPoint]:
+    """The histogram data points of metric ``name`` in ``data`` (none when nothing was collected)."""
+    if data is None:
+        return []
+    return [
+        point
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == name
+        for point in metric.data.data_points
+        if isinstance(point, HistogramDataPoint)
+    ]
