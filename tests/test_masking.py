@@ -27,6 +27,7 @@ from rulvar_otel.masking import (
     sanitize_terminal_text,
     set_output_masker,
 )
+from rulvar_otel.otel._mapper_helpers import MaskMemo
 
 KEY = "ghp_" + "Planted7" * 5  # a GitHub token shape, 44 characters
 # What a reader sees glued, split or hidden, in every way a producer can write it.
@@ -440,3 +441,25 @@ def test_the_plain_control_shortcut_agrees_with_the_general_sanitizer(text: str)
 
     general = tv._SURROGATE.sub("\ufffd", tv.view(text, tv._SANITIZED))
     assert sanitize_terminal_text(text) == general
+
+
+# Short strings of every kind the shortcut must judge: credential prefixes, "=", "@", "://", controls.
+_PIECES = [*"ab=@:/x-_0\x1b\x9b\n\\", "ghp_", "pwd", "sk-", "://"]
+_SHORT = st.lists(st.sampled_from(_PIECES), max_size=16).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=_SHORT, patterns=st.sampled_from([(), (r"ab",), (r"x-_0",)]))
+def test_a_short_plain_string_is_one_clean_hands_back_unchanged(text: str, patterns: tuple[str, ...]) -> None:
+    masker = compile_secret_masker(list(patterns))
+    plain = (
+        len(text) < masker.plain_below
+        and "=" not in text
+        and "@" not in text
+        and "://" not in text
+        and text.isprintable()
+    )
+    if plain:
+        assert masker.clean(text) == text
+    # The span mapper's memo, which takes the shortcut, answers as clean() does for every string.
+    assert MaskMemo(masker.mask_flat, masker.plain_below)[text] == masker.clean(text)

@@ -193,7 +193,16 @@ class SecretMasker:
     the bound without timing anything.
     """
 
-    __slots__ = ("_cache", "_min_length", "_prefilter", "_prefilter_no_at", "_programs", "patterns", "work")
+    __slots__ = (
+        "_cache",
+        "_min_length",
+        "_prefilter",
+        "_prefilter_no_at",
+        "_programs",
+        "patterns",
+        "plain_below",
+        "work",
+    )
 
     def __init__(
         self,
@@ -213,6 +222,10 @@ class SecretMasker:
         # No default credential shape is shorter than this, so shorter strings (most ids, names
         # and statuses) skip the scan; a host pattern can match anything, so it disables the cut.
         self._min_length = _SHORTEST_DEFAULT_MATCH if not patterns else 1
+        # A printable string shorter than this, holding none of "=", "@" and "://", is one that
+        # clean() hands back unchanged (no credential shape fits in it): a caller with many short
+        # unique strings (call ids) may skip the call. 0 with host patterns: they match anything.
+        self.plain_below = _SHORTEST_WITHOUT_EQUALS if not patterns else 0
 
     # --- the two operations -----------------------------------------------------------------
 

@@ -97,7 +97,7 @@ class SpanMapper(EventSpans):
         self._host_link = parentage.link
         self._openinference = sc.CONVENTION_OPENINFERENCE in frozenset(conventions)
         self._identity = reads_identity(tracer)
-        self._mask: Callable[[str], str] = MaskMemo(masker.mask_flat).__getitem__
+        self._mask: Callable[[str], str] = MaskMemo(masker.mask_flat, masker.plain_below).__getitem__
         self._run_id = run_id
         self._masked_run_id = self._mask(run_id) if run_id is not None else None
         self._by_span_id: dict[str, MappedSpan | RetiredSpan] = {}  # ended: mostly retired (keyed)

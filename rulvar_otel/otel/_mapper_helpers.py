@@ -58,14 +58,25 @@ class MaskMemo(dict[str, str]):
     """``mask`` behind a dict: a repeated string costs one C-level lookup (``__getitem__``), and
     only a new one reaches the masker (``__missing__``)."""
 
-    __slots__ = ("_masker",)
+    __slots__ = ("_masker", "_plain_below")
 
-    def __init__(self, mask: Callable[[str], str]) -> None:
+    def __init__(self, mask: Callable[[str], str], plain_below: int = 0) -> None:
         super().__init__()
         self._masker = mask
+        self._plain_below = plain_below  # the masker's SecretMasker.plain_below (0: always ask it)
 
     def __missing__(self, text: str) -> str:
-        out = self._masker(text)
+        # A short plain string (a call id) is one the masker hands back as it is: no call for it.
+        if (
+            len(text) < self._plain_below
+            and "=" not in text
+            and "@" not in text
+            and "://" not in text
+            and text.isprintable()
+        ):
+            out = text
+        else:
+            out = self._masker(text)
         if len(self) >= _MASK_MEMO_LIMIT:
             self.clear()
         self[text] = out
