@@ -8,7 +8,6 @@ generators, since these run several times per event on the export's hot path.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeAlias, TypeGuard
@@ -79,6 +78,12 @@ INT64_MIN: Final = -(2**63)
 INT64_MAX: Final = 2**63 - 1
 
 
+def _finite(value: float) -> bool:
+    """``math.isfinite``, compiled to float arithmetic (a module function is a generic call):
+    ``x - x`` is 0.0 for every finite float and NaN for the infinities and NaN."""
+    return value - value == 0.0
+
+
 def _is_int(value: object) -> TypeGuard[int]:
     return type(value) is int and INT64_MIN <= value <= INT64_MAX
 
@@ -87,7 +92,7 @@ def _is_number(value: object) -> TypeGuard[int | float]:
     # What a JSON number can be: an int OTLP can carry or a finite float (NaN and infinities come
     # only from Python callers, and a NaN's sign would not survive the OTLP/JSON file).
     if type(value) is float:
-        return math.isfinite(value)
+        return _finite(value)
     return type(value) is int and INT64_MIN <= value <= INT64_MAX
 
 
@@ -149,13 +154,13 @@ def _add_usage(out: Attrs, usage: object, fields: tuple[tuple[str, str], ...] = 
     # Parsed JSON is a plain dict: skip the Mapping ABC check (a Python-level call) for it.
     if type(usage) is not dict and not isinstance(usage, Mapping):
         return
-    u: Mapping[str, Any] = usage  # pyright: ignore[reportUnknownVariableType]
-    get = u.get
+    # A plain dict is read with the compiled dict lookup, any other mapping through its get.
+    u: dict[str, Any] = usage if type(usage) is dict else dict(usage)  # pyright: ignore
     for field, key in fields:
-        value: Any = get(field)
+        value: Any = u.get(field)
         # _is_number, inlined: this runs for every usage field of every closer.
         kind = type(value)
-        if (kind is float and math.isfinite(value)) or (kind is int and INT64_MIN <= value <= INT64_MAX):
+        if (kind is float and _finite(value)) or (kind is int and INT64_MIN <= value <= INT64_MAX):
             out[key] = value
 
 
@@ -273,7 +278,7 @@ def _spend(event: Event, usage_fields: tuple[tuple[str, str], ...] = _USAGE_FIEL
     cost = event.get("costUsd")
     # _money, inlined.
     if type(cost) is float:
-        if math.isfinite(cost):
+        if _finite(cost):
             out[_COST_USD] = cost
     elif type(cost) is int and INT64_MIN <= cost <= INT64_MAX:
         out[_COST_USD] = cost
@@ -446,24 +451,21 @@ def event_attributes(event: Event, mask: Masker) -> Attrs:
     seq_kind = type(seq)
     out: Attrs = (
         {_ENTRY_SEQ: seq}
-        if (seq_kind is float and math.isfinite(seq)) or (seq_kind is int and INT64_MIN <= seq <= INT64_MAX)
+        if (seq_kind is float and _finite(seq)) or (seq_kind is int and INT64_MIN <= seq <= INT64_MAX)
         else {}
     )
     kind = event.get("type")
     plan = EVENT_PLANS.get(kind) if type(kind) is str else None
     if not plan:
         return out
-    get = event.get
     for field, fact, values, keys in plan:
-        value: Any = get(field)
+        value: Any = event.get(field)
         if value is None:
             continue
         vtype = type(value)
         exported: AttrValue | None = None
         if fact in (NUMBER_KIND, NUMBER_OR_TEXT_KIND):
-            if (vtype is float and math.isfinite(value)) or (
-                vtype is int and INT64_MIN <= value <= INT64_MAX
-            ):
+            if (vtype is float and _finite(value)) or (vtype is int and INT64_MIN <= value <= INT64_MAX):
                 exported = value
             elif fact == NUMBER_OR_TEXT_KIND and vtype is str:
                 exported = mask(value)

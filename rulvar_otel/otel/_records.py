@@ -62,6 +62,12 @@ RecordEvent = tuple[str, int, Mapping[str, AttributeValue]]
 def update_as_sdk(own: dict[str, Any], attributes: Mapping[str, AttributeValue]) -> None:
     """Set ``attributes`` in ``own`` as the SDK's attribute mapping does: a key set again moves to
     the end (the exported order is the mapping's)."""
+    if type(attributes) is dict:
+        given: dict[str, Any] = attributes  # the mapper's own dicts: iterated by the compiled loop
+        for key, value in given.items():
+            own.pop(key, None)
+            own[key] = value
+        return
     for key, value in attributes.items():
         own.pop(key, None)
         own[key] = value
