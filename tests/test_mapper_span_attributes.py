@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from opentelemetry.trace import SpanKind, StatusCode
 
 from rulvar_otel.core.handle import RunOutcome
@@ -14,6 +16,7 @@ from rulvar_otel.core.masking import MASKED_SECRET
 from rulvar_otel.errors import ConfigError
 from rulvar_otel.otel import export_events
 from rulvar_otel.otel import semconv as sc
+from rulvar_otel.otel._attributes import fits_int64
 from rulvar_otel.testing import SpanCapture
 from tests._support import OK_OUTCOME, USAGE, agent_end, agent_start, ev, export, run_stream
 
@@ -399,3 +402,17 @@ def test_a_nan_or_infinite_float_is_no_attribute_and_loses_no_span(odd: float) -
     assert wait.attributes is not None and wait.attributes["rulvar.event.estimate_usd"] == 2.5
     assert "rulvar.event.cap_usd" not in wait.attributes
     assert compat.attributes is not None and "rulvar.event.window" not in compat.attributes
+
+
+_EDGES = [2**62 - 1, 2**62, 2**63 - 1, 2**63, 10**400]
+
+
+@given(
+    value=st.one_of(
+        st.integers(),
+        st.sampled_from([*_EDGES, *(-e for e in _EDGES), -(2**63), -(2**63) - 1]),
+        st.sampled_from(_EDGES).flatmap(lambda e: st.integers(e - 3, e + 3)),
+    )
+)
+def test_the_int64_check_takes_exactly_the_values_otlp_carries(value: int) -> None:
+    assert fits_int64(value) == (-(2**63) <= value <= 2**63 - 1)

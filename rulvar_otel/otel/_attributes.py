@@ -34,6 +34,7 @@ from rulvar_otel.otel._event_facts import (
 __all__ = [
     "Event",
     "INT64_MAX",
+    "fits_int64",
     "INT64_MIN",
     "AttrValue",
     "Masker",
@@ -78,6 +79,18 @@ INT64_MIN: Final = -(2**63)
 INT64_MAX: Final = 2**63 - 1
 
 
+# The compiled build's short ints lie within +-(2**62 - 1): compared against these, a usual value
+# is checked inline, where a comparison with the int64 bounds goes through Python's long compare.
+_SHORT_INT_MAX: Final = 2**62 - 1
+
+
+def fits_int64(value: int) -> bool:
+    """Whether ``value`` fits the int64 OTLP carries (the usual small value checked inline)."""
+    if -_SHORT_INT_MAX <= value <= _SHORT_INT_MAX:
+        return True
+    return INT64_MIN <= value <= INT64_MAX
+
+
 def _finite(value: float) -> bool:
     """``math.isfinite``, compiled to float arithmetic (a module function is a generic call):
     ``x - x`` is 0.0 for every finite float and NaN for the infinities and NaN."""
@@ -85,7 +98,7 @@ def _finite(value: float) -> bool:
 
 
 def _is_int(value: object) -> TypeGuard[int]:
-    return type(value) is int and INT64_MIN <= value <= INT64_MAX
+    return type(value) is int and fits_int64(value)
 
 
 def _is_number(value: object) -> TypeGuard[int | float]:
@@ -93,7 +106,7 @@ def _is_number(value: object) -> TypeGuard[int | float]:
     # only from Python callers, and a NaN's sign would not survive the OTLP/JSON file).
     if type(value) is float:
         return _finite(value)
-    return type(value) is int and INT64_MIN <= value <= INT64_MAX
+    return type(value) is int and fits_int64(value)
 
 
 def text(value: object, mask: Masker) -> str:
@@ -160,7 +173,7 @@ def _add_usage(out: Attrs, usage: object, fields: tuple[tuple[str, str], ...] = 
         value: Any = u.get(field)
         # _is_number, inlined: this runs for every usage field of every closer.
         kind = type(value)
-        if (kind is float and _finite(value)) or (kind is int and INT64_MIN <= value <= INT64_MAX):
+        if (kind is float and _finite(value)) or (kind is int and fits_int64(value)):
             out[key] = value
 
 
@@ -280,7 +293,7 @@ def _spend(event: Event, usage_fields: tuple[tuple[str, str], ...] = _USAGE_FIEL
     if type(cost) is float:
         if _finite(cost):
             out[_COST_USD] = cost
-    elif type(cost) is int and INT64_MIN <= cost <= INT64_MAX:
+    elif type(cost) is int and fits_int64(cost):
         out[_COST_USD] = cost
     return out
 
@@ -451,7 +464,7 @@ def event_attributes(event: Event, mask: Masker) -> Attrs:
     seq_kind = type(seq)
     out: Attrs = (
         {_ENTRY_SEQ: seq}
-        if (seq_kind is float and _finite(seq)) or (seq_kind is int and INT64_MIN <= seq <= INT64_MAX)
+        if (seq_kind is float and _finite(seq)) or (seq_kind is int and fits_int64(seq))
         else {}
     )
     kind = event.get("type")
@@ -465,7 +478,7 @@ def event_attributes(event: Event, mask: Masker) -> Attrs:
         vtype = type(value)
         exported: AttrValue | None = None
         if fact in (NUMBER_KIND, NUMBER_OR_TEXT_KIND):
-            if (vtype is float and _finite(value)) or (vtype is int and INT64_MIN <= value <= INT64_MAX):
+            if (vtype is float and _finite(value)) or (vtype is int and fits_int64(value)):
                 exported = value
             elif fact == NUMBER_OR_TEXT_KIND and vtype is str:
                 exported = mask(value)

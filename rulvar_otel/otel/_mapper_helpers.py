@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import NoOpTracer, Tracer
 
 from rulvar_otel.otel import semconv as sc
-from rulvar_otel.otel._attributes import INT64_MAX, INT64_MIN, AttrValue, Event
+from rulvar_otel.otel._attributes import AttrValue, Event, fits_int64
 
 __all__ = [
     "envelope_attributes",
@@ -102,19 +102,13 @@ def envelope_attributes(
     seq = event.get("seq")
     scope = event.get("scope")
     replayed = event.get("replayed") is True
-    if (
-        run_id is not None
-        and type(seq) is int
-        and INT64_MIN <= seq <= INT64_MAX
-        and not replayed
-        and scope is None
-    ):
+    if run_id is not None and type(seq) is int and fits_int64(seq) and not replayed and scope is None:
         # The usual envelope and the kind's attributes in one dict display, same key order.
         return {sc.RUN_ID: run_id, sc.ENTRY_SEQ: seq, **attributes}
     attrs: dict[str, AttrValue] = {}
     if run_id is not None:
         attrs[sc.RUN_ID] = run_id
-    if type(seq) is float or (type(seq) is int and INT64_MIN <= seq <= INT64_MAX):
+    if type(seq) is float or (type(seq) is int and fits_int64(seq)):
         attrs[sc.ENTRY_SEQ] = seq
     if isinstance(scope, str):
         attrs[sc.SCOPE] = mask(scope)
