@@ -51,6 +51,7 @@ from rulvar_otel.core.masking import SecretMasker, compile_secret_masker
 from rulvar_otel.core.wire import WireEvent
 from rulvar_otel.otel import semconv
 from rulvar_otel.otel._resource import compose_resource, mask_resource
+from rulvar_otel.otel._span_source import EventSpans
 from rulvar_otel.otel.metrics import _MAX_ATTRIBUTE_CHARS, SpanSource
 from rulvar_otel.otel.metrics._folds import PAIRED_TYPES
 from rulvar_otel.otel.metrics.registry import (
@@ -428,6 +429,9 @@ class RunMetrics:
         self._plans = aggregator._plans
         self._state = FoldState(aggregator._masker)
         self._spans = spans
+        # The span mapper (compiled, a native class): its ids read by a direct call, not a
+        # generic one through a bound method; any other source through _span_ids_reader.
+        self._mapper = spans if isinstance(spans, EventSpans) else None
         self._span_ids = _span_ids_reader(spans)
         self._queue: list[tuple[WireEvent, _Plan, _SpanIds | None]] = []
         self._finished = False
@@ -440,11 +444,17 @@ class RunMetrics:
             return
         if plan is None:
             return  # no definition reads it: skipped after one lookup
-        queue = self._queue
-        span_ids = self._span_ids
         # Only an event a histogram folds can offer an exemplar (counters are summed): the others
         # skip the lookup.
-        queue.append((wire, plan, span_ids() if span_ids is not None and plan[2] else None))
+        ids: _SpanIds | None = None
+        if plan[2]:
+            mapper = self._mapper
+            if mapper is not None:
+                ids = mapper.event_span_ids()
+            elif (span_ids := self._span_ids) is not None:
+                ids = span_ids()
+        queue = self._queue
+        queue.append((wire, plan, ids))
         if len(queue) >= _BATCH_EVENTS:
             with self._aggregator._lock:
                 self.drain()
@@ -469,7 +479,8 @@ class RunMetrics:
         Events are folded in batches, as the recorder does: the folds then run in a tight loop
         instead of between the span mapper's calls, and keep each other's code in the CPU caches.
         """
-        queue, state, fold = self._queue, self._state, self._aggregator._fold
+        # The aggregator's fold called on it, not bound: a compiled method then takes a direct call.
+        queue, state, aggregator = self._queue, self._state, self._aggregator
         count = len(queue)  # the producer may append meanwhile (a reader collecting): fold these
         now: Any = time.time_ns()  # when this batch is folded: its exemplars' time (boxed once)
         for event, (series, advance, _), ids in queue[:count]:
@@ -480,7 +491,7 @@ class RunMetrics:
                         state.advance(event)
                     continue
                 if series:
-                    fold(state, series, event, ids, now)
+                    aggregator._fold(state, series, event, ids, now)
                 if advance:
                     state.advance(event)
             except Exception:  # noqa: BLE001 - a malformed event is skipped, not fatal
