@@ -34,7 +34,6 @@ from rulvar_otel.otel._event_facts import (
 __all__ = [
     "Event",
     "INT64_MAX",
-    "fits_int64",
     "INT64_MIN",
     "AttrValue",
     "Masker",
@@ -45,6 +44,7 @@ __all__ = [
     "error_type",
     "event_attributes",
     "event_name",
+    "fits_int64",
     "invocation_close_attributes",
     "invocation_open_attributes",
     "invocation_span_name",
