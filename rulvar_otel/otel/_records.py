@@ -62,13 +62,9 @@ RecordEvent = tuple[str, int, Mapping[str, AttributeValue]]
 def update_as_sdk(own: dict[str, Any], attributes: Mapping[str, AttributeValue]) -> None:
     """Set ``attributes`` in ``own`` as the SDK's attribute mapping does: a key set again moves to
     the end (the exported order is the mapping's)."""
-    if type(attributes) is dict:
-        given: dict[str, Any] = attributes  # the mapper's own dicts: iterated by the compiled loop
-        for key, value in given.items():
-            own.pop(key, None)
-            own[key] = value
-        return
-    for key, value in attributes.items():
+    # A plain dict (the mapper's own) is iterated by the compiled loop; another mapping is copied.
+    given: dict[str, Any] = attributes if type(attributes) is dict else dict(attributes)
+    for key, value in given.items():
         own.pop(key, None)
         own[key] = value
 

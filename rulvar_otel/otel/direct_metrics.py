@@ -432,7 +432,7 @@ class RunMetrics:
         # The span mapper (compiled, a native class): its ids read by a direct call, not a
         # generic one through a bound method; any other source through _span_ids_reader.
         self._mapper = spans if isinstance(spans, EventSpans) else None
-        self._span_ids = _span_ids_reader(spans)
+        self._span_ids = _span_ids_reader(spans) if self._mapper is None else None
         self._queue: list[tuple[WireEvent, _Plan, _SpanIds | None]] = []
         self._finished = False
 
