@@ -40,6 +40,7 @@ COMPILED = (
     "rulvar_otel/otel/_span_source.py",
     "rulvar_otel/otel/_tool_pairing.py",
     "rulvar_otel/otel/_wire.py",
+    "rulvar_otel/otel/_clock.py",
     "rulvar_otel/otel/semconv.py",
     "rulvar_otel/sources/jsonl.py",
     "rulvar_otel/core/progress.py",

@@ -183,20 +183,20 @@ def provider_name(adapter_id: str) -> str:
     return sc.GEN_AI_PROVIDER_NAMES.get(adapter_id.lower(), adapter_id)
 
 
-def _model_attributes(event: Event, mask: Masker, operation: str, *, agent: bool = False) -> Attrs:
-    """What agent and invocation spans share (docs/otel-mapping.md#models-and-providers); with
-    ``agent``, an agent span's ``gen_ai.agent.name`` too."""
+def _model_attributes(
+    event: Event, mask: Masker, operation: str, out: Attrs, *, agent: bool = False
+) -> Attrs:
+    """What agent and invocation spans share (docs/otel-mapping.md#models-and-providers), added
+    to ``out``; with ``agent``, an agent span's ``gen_ai.agent.name`` too."""
     # text(), inlined for the common case (a plain string): these run for every opener.
     model = event.get("model")
     agent_type = event.get("agentType")
     role = event.get("role")
     model_ref = mask(model) if type(model) is str else text(model, mask)
-    out: Attrs = {
-        _AGENT_TYPE: mask(agent_type) if type(agent_type) is str else text(agent_type, mask),
-        _OPERATION_NAME: operation,
-        _AGENT_ROLE: mask(role) if type(role) is str else text(role, mask),
-        _MODEL_REF: model_ref,
-    }
+    out[_AGENT_TYPE] = mask(agent_type) if type(agent_type) is str else text(agent_type, mask)
+    out[_OPERATION_NAME] = operation
+    out[_AGENT_ROLE] = mask(role) if type(role) is str else text(role, mask)
+    out[_MODEL_REF] = model_ref
     # Split the *masked* ref, so a credential in it cannot leak through the split.
     adapter, colon, model_id = model_ref.partition(":") if isinstance(model, str) else ("", "", "")
     if colon:
@@ -234,21 +234,25 @@ def tool_span_name(masked_tool_name: AttrValue, mask: Masker) -> str:
     return mask(f"tool {masked_tool_name}")
 
 
-def agent_open_attributes(event: Event, mask: Masker) -> Attrs:
-    return _model_attributes(event, mask, sc.GEN_AI_OPERATION_INVOKE_AGENT, agent=True)
+# The *_open_attributes functions add a new span's attributes to ``out``, its envelope (see
+# envelope_attributes): one dict per span, in the order the span carries them.
 
 
-def workflow_open_attributes(event: Event, mask: Masker) -> Attrs:
+def agent_open_attributes(event: Event, mask: Masker, out: Attrs) -> Attrs:
+    return _model_attributes(event, mask, sc.GEN_AI_OPERATION_INVOKE_AGENT, out, agent=True)
+
+
+def workflow_open_attributes(event: Event, mask: Masker, out: Attrs) -> Attrs:
     """Run and child-workflow spans: the GenAI conventions' ``invoke_workflow`` operation."""
-    out: Attrs = {sc.GEN_AI_OPERATION_NAME: sc.GEN_AI_OPERATION_INVOKE_WORKFLOW}
+    out[sc.GEN_AI_OPERATION_NAME] = sc.GEN_AI_OPERATION_INVOKE_WORKFLOW
     workflow = event.get("workflow")
     if isinstance(workflow, str) and workflow:
         out[sc.GEN_AI_WORKFLOW_NAME] = mask(workflow)
     return out
 
 
-def invocation_open_attributes(event: Event, mask: Masker) -> Attrs:
-    out = _model_attributes(event, mask, sc.GEN_AI_OPERATION_CHAT)
+def invocation_open_attributes(event: Event, mask: Masker, out: Attrs) -> Attrs:
+    _model_attributes(event, mask, sc.GEN_AI_OPERATION_CHAT, out)
     invocation = event.get("invocation")
     if _is_number(invocation):
         out[sc.INVOCATION] = invocation
@@ -321,20 +325,18 @@ def invocation_close_attributes(event: Event) -> Attrs:
     return out
 
 
-def tool_open_attributes(event: Event, mask: Masker) -> Attrs:
+def tool_open_attributes(event: Event, mask: Masker, out: Attrs) -> Attrs:
     tool = event.get("toolName")
     name = mask(tool) if type(tool) is str else text(tool, mask)
+    out[_TOOL_NAME] = name
+    out[_GEN_AI_TOOL_NAME] = name
+    out[_OPERATION_NAME] = _EXECUTE_TOOL
     call_id = event.get("toolCallId")
     if isinstance(call_id, str):
         masked = mask(call_id)
-        return {
-            _TOOL_NAME: name,
-            _GEN_AI_TOOL_NAME: name,
-            _OPERATION_NAME: _EXECUTE_TOOL,
-            _TOOL_CALL_ID: masked,
-            _GEN_AI_TOOL_CALL_ID: masked,
-        }
-    return {_TOOL_NAME: name, _GEN_AI_TOOL_NAME: name, _OPERATION_NAME: _EXECUTE_TOOL}
+        out[_TOOL_CALL_ID] = masked
+        out[_GEN_AI_TOOL_CALL_ID] = masked
+    return out
 
 
 _TOOL_END_FACTS: Final = EVENT_FACTS["tool:end"]

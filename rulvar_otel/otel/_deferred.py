@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from time import time_ns
-from typing import Any, Protocol, cast
+from typing import Any, Final, Protocol, cast
 
 from opentelemetry.context import Context
 from opentelemetry.trace import INVALID_SPAN_CONTEXT, Span, SpanContext, Status, StatusCode, Tracer
@@ -35,10 +35,11 @@ from rulvar_otel.otel.ids import SPAN_IDENTITY
 __all__ = ["DeferredSpan", "EndQueue"]
 
 _log = logging.getLogger("rulvar_otel")
+_NO_CONTEXT: Final = INVALID_SPAN_CONTEXT  # a C static when compiled: no module lookup per call
 
 _StatusCall = tuple["Status | StatusCode", "str | None"]
 # A started span's attributes: never written (calls then pass on, or drop once it is let go).
-_HANDED_OVER: dict[str, Any] = {}
+_HANDED_OVER: Final[dict[str, Any]] = {}
 
 
 class EndQueue:
@@ -240,7 +241,7 @@ class DeferredSpan:
         if span is None:
             if self.made:  # made in a batch and let go: the tracer has it
                 kept = self.kept
-                return kept if kept is not None else INVALID_SPAN_CONTEXT
+                return kept if kept is not None else _NO_CONTEXT
             span = self.span = self.start()  # if it has ended, its end waits in the queue
         return span.get_span_context()
 

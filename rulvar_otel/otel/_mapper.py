@@ -71,6 +71,8 @@ _WAITING: Final = "suspended"
 # Events before the first usable ts wait for it; past this many they take the wall clock, so a
 # stream without any usable ts keeps bounded memory (docs/otel-mapping.md#timestamps).
 _UNTIMED_LIMIT: Final = 1024
+# A deferred span's context until it starts (a C static when compiled: no module lookup per span).
+_NOT_STARTED: Final = INVALID_SPAN_CONTEXT
 
 
 class SpanMapper(EventSpans):
@@ -251,10 +253,10 @@ class SpanMapper(EventSpans):
         ns: int,
         parent: MappedSpan | None,
         identity: str,
-        attributes: dict[str, ax.AttrValue],
+        attrs: dict[str, ax.AttrValue],
     ) -> MappedSpan:
+        """Open a span; ``attrs`` begins with the envelope (:meth:`_envelope`) and is the span's."""
         run_id = self._masked_run_id
-        attrs = envelope_attributes(run_id, event, attributes, self._mask)
         if kind in (AGENT, RUN) and run_id is not None:
             attrs[sc.GEN_AI_CONVERSATION_ID] = run_id
         if self._openinference:
@@ -267,7 +269,7 @@ class SpanMapper(EventSpans):
             span: LiveSpan = self._opener.defer(
                 ends, name, attrs, ns, parent, self._template, ids, kind == AGENT
             )
-            context = INVALID_SPAN_CONTEXT
+            context = _NOT_STARTED
         else:
             span = self._opener.start(name, attrs, ns, parent, self._template, ids, links)
             if links is None:
@@ -294,6 +296,9 @@ class SpanMapper(EventSpans):
         opened.append(rec)
         self._open_live += 1
         return rec
+
+    def _envelope(self, event: ax.Event) -> dict[str, ax.AttrValue]:
+        return envelope_attributes(self._masked_run_id, event, self._mask)
 
     def _close(
         self,
@@ -436,7 +441,7 @@ class SpanMapper(EventSpans):
         name = ax.run_span_name(event, self._mask)
         parent = self._first_run if self._first_run is not None else self._anchor
         identity = "run:" + (key or "") if self._identity else ""
-        attrs = ax.workflow_open_attributes(event, self._mask)
+        attrs = ax.workflow_open_attributes(event, self._mask, self._envelope(event))
         rec = self._start(RUN, name, event, ns, parent, identity, attrs)
         if key is not None:
             self._by_span_id[key] = rec
@@ -495,10 +500,11 @@ class SpanMapper(EventSpans):
         """A phase, child or agent span keyed by its spanId, parented by its parentSpanId."""
         span_id = event.get("spanId")
         key = span_id if isinstance(span_id, str) else None
+        attrs = self._envelope(event)
         if kind == AGENT:
-            attrs = ax.agent_open_attributes(event, self._mask)
-        else:
-            attrs = ax.workflow_open_attributes(event, self._mask) if kind == CHILD else {}
+            ax.agent_open_attributes(event, self._mask, attrs)
+        elif kind == CHILD:
+            ax.workflow_open_attributes(event, self._mask, attrs)
         parent = self._parent_for(event, attrs)
         name = ax.scope_span_name(SCOPE_TYPES[kind], event, self._mask)
         identity = IDENTITY_PREFIX[kind] + (key or "") if self._identity else ""
@@ -541,7 +547,7 @@ class SpanMapper(EventSpans):
         if (existing := self._invocations.get(key)) is not None:
             self._duplicate_opener(existing, event, ns)
             return
-        attrs = ax.invocation_open_attributes(event, self._mask)
+        attrs = ax.invocation_open_attributes(event, self._mask, self._envelope(event))
         parent = self._owner(span_id, event, attrs)
         name = ax.invocation_span_name(event, self._mask)
         identity = f"inv:{key[0]}:{key[1]}" if self._identity else ""
@@ -566,7 +572,7 @@ class SpanMapper(EventSpans):
         owner_key, id_key = tool_keys(event)
         if id_key is not None and self._tools.replays_open(id_key, event):
             return
-        attrs = ax.tool_open_attributes(event, self._mask)
+        attrs = ax.tool_open_attributes(event, self._mask, self._envelope(event))
         parent = self._owner(event.get("spanId"), event, attrs)
         tool_name = attrs[sc.TOOL_NAME]  # already masked by tool_open_attributes
         identity = self._tools.identity(owner_key, id_key, self._identity)

@@ -95,16 +95,14 @@ def ignore_event(event: Event, ns: int) -> None:
     """Stream deltas are content: they never become span events."""
 
 
-def envelope_attributes(
-    run_id: str | None, event: Event, attributes: dict[str, AttrValue], mask: Callable[[str], str]
-) -> dict[str, AttrValue]:
-    """A new span's envelope attributes (run id, entry seq, scope, replayed), then its kind's."""
+def envelope_attributes(run_id: str | None, event: Event, mask: Callable[[str], str]) -> dict[str, AttrValue]:
+    """A new span's envelope (run id, entry seq, scope, replayed): the dict its kind's attributes
+    are then added to, so they follow in one dict."""
     seq = event.get("seq")
     scope = event.get("scope")
     replayed = event.get("replayed") is True
     if run_id is not None and type(seq) is int and fits_int64(seq) and not replayed and scope is None:
-        # The usual envelope and the kind's attributes in one dict display, same key order.
-        return {sc.RUN_ID: run_id, sc.ENTRY_SEQ: seq, **attributes}
+        return {sc.RUN_ID: run_id, sc.ENTRY_SEQ: seq}  # the usual envelope
     attrs: dict[str, AttrValue] = {}
     if run_id is not None:
         attrs[sc.RUN_ID] = run_id
@@ -114,6 +112,4 @@ def envelope_attributes(
         attrs[sc.SCOPE] = mask(scope)
     if replayed:
         attrs[sc.REPLAYED] = True
-    if attributes:
-        attrs.update(attributes)
     return attrs

@@ -57,7 +57,13 @@ __all__ = [
     "template_shape",
 ]
 
-RUN, PHASE, AGENT, INVOCATION, TOOL, CHILD = range(6)
+# The span kinds: Final literals, so compiled code compares native ints (no module lookup).
+RUN: Final = 0
+PHASE: Final = 1
+AGENT: Final = 2
+INVOCATION: Final = 3
+TOOL: Final = 4
+CHILD: Final = 5
 # docs/otel-mapping.md#openinference-span-kinds
 OPENINFERENCE_KIND: Final = {
     RUN: sc.OPENINFERENCE_CHAIN,
