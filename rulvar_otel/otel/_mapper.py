@@ -54,6 +54,7 @@ from rulvar_otel.otel._span_state import (
     MappedSpan,
     RetiredSpan,
     end_span,
+    invocation_key,
     kept_context,
     keyed,
     retire,
@@ -543,14 +544,16 @@ class SpanMapper(EventSpans):
 
     def _on_invocation_start(self, event: ax.Event, ns: int) -> None:
         span_id = event.get("spanId")
-        key = (span_id if isinstance(span_id, str) else "", hashable(event.get("invocation")))
+        span_key = span_id if isinstance(span_id, str) else ""
+        invocation = hashable(event.get("invocation"))
+        key = invocation_key(span_key, invocation)
         if (existing := self._invocations.get(key)) is not None:
             self._duplicate_opener(existing, event, ns)
             return
         attrs = ax.invocation_open_attributes(event, self._mask, self._envelope(event))
         parent = self._owner(span_id, event, attrs)
         name = ax.invocation_span_name(event, self._mask)
-        identity = f"inv:{key[0]}:{key[1]}" if self._identity else ""
+        identity = f"inv:{span_key}:{invocation}" if self._identity else ""
         rec = self._start(INVOCATION, name, event, ns, parent, identity, attrs)
         self._invocations.open[key] = rec
         if parent is not None and parent.kind == AGENT:
@@ -558,7 +561,7 @@ class SpanMapper(EventSpans):
 
     def _on_invocation_end(self, event: ax.Event, ns: int) -> None:
         span_id = event.get("spanId")
-        key = (span_id if isinstance(span_id, str) else "", hashable(event.get("invocation")))
+        key = invocation_key(span_id if isinstance(span_id, str) else "", hashable(event.get("invocation")))
         rec = self._invocations.get(key)
         if rec is None or rec.ended or rec.pending_end is not None:
             self._attach_event(event, ns, "agent:phase:end")

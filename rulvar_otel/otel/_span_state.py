@@ -37,6 +37,7 @@ __all__ = [
     "CHILD",
     "IDENTITY_PREFIX",
     "INVOCATION",
+    "InvocationKey",
     "InvocationSpans",
     "LiveSpan",
     "OPENINFERENCE_KIND",
@@ -50,6 +51,7 @@ __all__ = [
     "end_span",
     "expand_context",
     "full_context",
+    "invocation_key",
     "keyed",
     "kept_context",
     "retire",
@@ -173,12 +175,15 @@ def _ended_invocation() -> MappedSpan:
 _ENDED_INVOCATION: Final = _ended_invocation()
 
 
-def _closed_invocation_key(span_key: str, invocation: object) -> str | None:
-    """A closed invocation's key as one string, equal exactly when the ``(span_key, invocation)``
-    tuples are equal; None for a value with no such form (a fractional or non-finite float).
+InvocationKey: TypeAlias = "str | tuple[str, object]"
 
-    A dict of strings is not tracked by the garbage collector, a dict of tuples is: the closed
-    invocations of a long stream then add nothing to a full collection's walk.
+
+def invocation_key(span_key: str, invocation: object) -> InvocationKey:
+    """An invocation's key: one string, equal exactly when the ``(span_key, invocation)`` tuples
+    are equal; the tuple itself for a value with no such form (a fractional or non-finite float).
+
+    A string key is hashed and compared in the dict's fast path, and a dict of strings is not
+    tracked by the garbage collector: a long stream's closed invocations cost it nothing.
     """
     prefix = f"{len(span_key)}:{span_key}"
     if type(invocation) is str:
@@ -190,41 +195,29 @@ def _closed_invocation_key(span_key: str, invocation: object) -> str | None:
         return f"{prefix}i{int(invocation)}"
     if type(invocation) is float and math.isfinite(invocation) and invocation.is_integer():
         return f"{prefix}i{int(invocation)}"
-    return None
+    return (span_key, invocation)
 
 
 class InvocationSpans:
-    """Invocation spans by ``(spanId, invocation)``: the open ones' records, and the closed keys.
+    """Invocation spans by :func:`invocation_key`: the open ones' records, and the closed keys."""
 
-    A closed invocation keeps only its key, as a string where it has one: a dict of strings is not
-    tracked by the garbage collector, so a long stream's closed invocations cost no collector time.
-    """
-
-    __slots__ = ("_closed", "_closed_keys", "open")
+    __slots__ = ("_closed", "open")
 
     def __init__(self) -> None:
-        self.open: dict[tuple[str, object], MappedSpan] = {}
-        self._closed: dict[str, None] = {}
-        self._closed_keys: dict[tuple[str, object], None] = {}  # the keys with no string form
+        self.open: dict[InvocationKey, MappedSpan] = {}
+        self._closed: dict[InvocationKey, None] = {}
 
-    def get(self, key: tuple[str, object]) -> MappedSpan | None:
+    def get(self, key: InvocationKey) -> MappedSpan | None:
         """The open record ``key`` names, _ENDED_INVOCATION once closed, or None."""
         rec = self.open.get(key)
         if rec is not None:
             return rec
-        closed = _closed_invocation_key(key[0], key[1])
-        if (closed in self._closed) if closed is not None else (key in self._closed_keys):
-            return _ENDED_INVOCATION
-        return None
+        return _ENDED_INVOCATION if key in self._closed else None
 
-    def close(self, key: tuple[str, object]) -> None:
+    def close(self, key: InvocationKey) -> None:
         """``key``'s span has ended: only the key stays."""
         self.open.pop(key, None)
-        closed = _closed_invocation_key(key[0], key[1])
-        if closed is not None:
-            self._closed[closed] = None
-        else:
-            self._closed_keys[key] = None
+        self._closed[key] = None
 
 
 def keyed(table: dict[str, MappedSpan | RetiredSpan], span_id: str) -> MappedSpan | None:
