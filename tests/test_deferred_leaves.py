@@ -344,7 +344,7 @@ def test_a_deferred_span_ends_as_the_sdk_span_the_same_calls_make(
     direct, deferred = _Host(), _Host()
     _apply(direct.tracer.start_span("leaf", attributes=start, start_time=50), calls)
     queue = EndQueue(1)
-    leaf = DeferredSpan(deferred.tracer, queue, "leaf", Context(), dict(start), 50, None)
+    leaf = DeferredSpan(deferred.tracer.start_span, queue, "leaf", Context(), dict(start), 50, None)
     _apply(leaf, calls)
     assert queue.full
     queue.flush()

@@ -26,7 +26,7 @@ from time import time_ns
 from typing import Any, Final, Protocol, cast
 
 from opentelemetry.context import Context
-from opentelemetry.trace import INVALID_SPAN_CONTEXT, Span, SpanContext, Status, StatusCode, Tracer
+from opentelemetry.trace import INVALID_SPAN_CONTEXT, Span, SpanContext, Status, StatusCode
 from opentelemetry.util.types import Attributes, AttributeValue
 
 from rulvar_otel.otel._records import update_as_sdk
@@ -134,14 +134,14 @@ class DeferredSpan:
         "queue",
         "span",
         "start_ns",
+        "start_span",
         "status",
         "statuses",
-        "tracer",
     )
 
     def __init__(
         self,
-        tracer: Tracer,
+        start_span: Callable[..., Span],
         queue: EndQueue,
         name: str,
         context: Context | None,
@@ -150,7 +150,7 @@ class DeferredSpan:
         identity: tuple[str, str] | None,
         keeps: bool = False,
     ) -> None:
-        self.tracer = tracer
+        self.start_span = start_span  # the tracer's start_span, bound once per export
         self.queue = queue
         self.name = name
         self.context = context  # the parent's context the span starts in (None: see parent_ref)
@@ -258,7 +258,7 @@ class DeferredSpan:
         identity = self.identity
         token = SPAN_IDENTITY.set(identity) if identity is not None else None
         try:
-            span = self.tracer.start_span(
+            span = self.start_span(
                 self.name, context=context, attributes=self.attributes, start_time=self.start_ns
             )
         finally:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from functools import partial
 from typing import Any, Final
 
 from opentelemetry.trace import INVALID_SPAN_CONTEXT, Link, SpanContext, Status, StatusCode, Tracer
@@ -30,7 +29,6 @@ from rulvar_otel.otel._mapper_helpers import (
     MaskMemo,
     envelope_attributes,
     hashable,
-    ignore_event,
     reads_identity,
     unsettled_message,
 )
@@ -131,20 +129,6 @@ class SpanMapper(EventSpans):
         self.finished = False
         # The stream's last run:end, whatever became of it: how the run settled, without a result.
         self.last_run_end: Mapping[str, Any] | None = None
-        self._handlers: dict[str, Callable[[ax.Event, int], None]] = {
-            "run:start": self._on_run_start,
-            "run:end": self._on_run_end,
-            "phase:start": partial(self._on_scope_start, PHASE),
-            "agent:start": self._on_agent_start,
-            "agent:end": self._on_agent_end,
-            "agent:phase:start": self._on_invocation_start,
-            "agent:phase:end": self._on_invocation_end,
-            "tool:start": self._on_tool_start,
-            "tool:end": self._on_tool_end,
-            "child:start": partial(self._on_scope_start, CHILD),
-            "child:end": self._on_child_end,
-            "agent:stream": ignore_event,
-        }
 
     # --- the public surface ---------------------------------------------------------------------
 
@@ -178,25 +162,41 @@ class SpanMapper(EventSpans):
             else:
                 self._clock.last_ns = ns
             if ns is not None:
-                # _map's body in line (one call less per event); _map serves held events.
-                kind = wire.get("type")
-                handler = self._handlers.get(kind) if isinstance(kind, str) else None
-                if handler is None:
-                    self._attach_event(wire, ns, kind if isinstance(kind, str) else "(unknown)")
-                else:
-                    handler(wire, ns)
-                self._segment_last_ns = ns
+                self._map(wire, ns)
         except Exception:  # noqa: BLE001 - a strange event never breaks the host or the export
             self.failed_events += 1
             _log.debug("event %s could not be mapped", self.event_count, exc_info=True)
 
     def _map(self, event: ax.Event, ns: int) -> None:
+        """Hand ``event`` to its type's handler. An if-chain, most frequent types first: compiled,
+        each test is a length check, and each handler a native call with ``ns`` unboxed."""
         kind = event.get("type")
-        handler = self._handlers.get(kind) if isinstance(kind, str) else None
-        if handler is None:
-            self._attach_event(event, ns, kind if isinstance(kind, str) else "(unknown)")
-        else:
-            handler(event, ns)
+        if type(kind) is not str:
+            self._attach_event(event, ns, "(unknown)")
+        elif kind == "tool:start":
+            self._on_tool_start(event, ns)
+        elif kind == "tool:end":
+            self._on_tool_end(event, ns)
+        elif kind == "agent:phase:start":
+            self._on_invocation_start(event, ns)
+        elif kind == "agent:phase:end":
+            self._on_invocation_end(event, ns)
+        elif kind == "agent:start":
+            self._on_agent_start(event, ns)
+        elif kind == "agent:end":
+            self._on_agent_end(event, ns)
+        elif kind == "phase:start":
+            self._on_scope_start(PHASE, event, ns)
+        elif kind == "child:start":
+            self._on_scope_start(CHILD, event, ns)
+        elif kind == "child:end":
+            self._on_child_end(event, ns)
+        elif kind == "run:start":
+            self._on_run_start(event, ns)
+        elif kind == "run:end":
+            self._on_run_end(event, ns)
+        elif kind != "agent:stream":  # stream deltas are content: never span events
+            self._attach_event(event, ns, kind)
         self._segment_last_ns = ns
 
     def _hold_untimed(self, event: ax.Event) -> None:

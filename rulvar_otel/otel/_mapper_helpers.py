@@ -21,7 +21,6 @@ __all__ = [
     "SUPERSEDED_MESSAGE",
     "MaskMemo",
     "hashable",
-    "ignore_event",
     "reads_identity",
     "unsettled_message",
 ]
@@ -89,10 +88,6 @@ _SCALARS: Final = (str, int, float, bool)  # a tuple: ``str | int`` is built ane
 def hashable(value: object) -> object:
     """``value`` as a dict key part: scalars as they are, anything else by its repr."""
     return value if isinstance(value, _SCALARS) or value is None else repr(value)
-
-
-def ignore_event(event: Event, ns: int) -> None:
-    """Stream deltas are content: they never become span events."""
 
 
 def envelope_attributes(run_id: str | None, event: Event, mask: Callable[[str], str]) -> dict[str, AttrValue]:

@@ -8,8 +8,10 @@ its first child starts (the queue it waits in keeps the order spans end in: see 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, NoOpTracer, SpanContext, Tracer
+from opentelemetry.trace import Link, NoOpTracer, Span, SpanContext, Tracer
 
 from rulvar_otel.otel._attributes import AttrValue
 from rulvar_otel.otel._deferred import DeferredSpan, EndQueue
@@ -24,10 +26,11 @@ class SpanOpener:
     """Starts the mapper's spans in its tracer; ``end_batch`` > 0 defers leaves and hands ends
     over that many at a time (see _deferred)."""
 
-    __slots__ = ("_recorder", "_root_context", "_tracer", "ends")
+    __slots__ = ("_recorder", "_root_context", "_start_span", "_tracer", "ends")
 
     def __init__(self, tracer: Tracer, root_context: Context, end_batch: int) -> None:
         self._tracer = tracer
+        self._start_span: Callable[..., Span] = tracer.start_span  # bound once: deferred spans call it
         # The direct path's recorder: a child of a live record starts without any context object.
         self._recorder = tracer.recorder if isinstance(tracer, RecordingTracer) else None
         self._root_context = root_context  # the context a span without a parent starts in
@@ -81,8 +84,8 @@ class SpanOpener:
         """
         if parent.deferred is None:
             context = child_context(parent, template)
-            return DeferredSpan(self._tracer, ends, name, context, attrs, ns, identity, keeps)
+            return DeferredSpan(self._start_span, ends, name, context, attrs, ns, identity, keeps)
         # The parent waits too: it starts when this span does, just before it.
-        span = DeferredSpan(self._tracer, ends, name, None, attrs, ns, identity, keeps)
+        span = DeferredSpan(self._start_span, ends, name, None, attrs, ns, identity, keeps)
         span.parent_ref = (child_context, parent, template)
         return span
