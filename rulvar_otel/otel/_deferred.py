@@ -50,10 +50,13 @@ class EndQueue:
     keeps their order: the tracer sees every span end where the stream ends it, children first.
     """
 
-    __slots__ = ("after_flush", "full", "keep_contexts", "limit", "ready", "waiting")
+    __slots__ = ("after_flush", "full", "keep_contexts", "limit", "ready", "resolve", "waiting")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, resolve: Callable[[Any, Any], Context] | None = None) -> None:
         self.limit = limit
+        # How a span whose parent waits too finds its context: resolve(parent, template), which
+        # starts the parent first (the mapper's child_context).
+        self.resolve = resolve
         # A DeferredSpan, or a started span followed by its end time: flat, no tuple per entry.
         self.ready: list[object] = []
         self.waiting = 0
@@ -131,6 +134,7 @@ class DeferredSpan:
         "made",
         "name",
         "parent_ref",
+        "parent_template",
         "queue",
         "span",
         "start_ns",
@@ -154,9 +158,10 @@ class DeferredSpan:
         self.queue = queue
         self.name = name
         self.context = context  # the parent's context the span starts in (None: see parent_ref)
-        # A parent that waits too: (resolve, parent, template), its context is resolve(parent,
-        # template) when this span starts (which starts the parent first).
-        self.parent_ref: tuple[Callable[[Any, Any], Context], Any, Any] | None = None
+        # A parent that waits too, and the export's template: the context is the queue's
+        # resolve(parent, template) when this span starts (two slots, no tuple per span).
+        self.parent_ref: Any = None
+        self.parent_template: Any = None
         self.keeps = keeps  # a span that may have children: made in a batch, it keeps its context
         self.attributes = attributes
         self.start_ns = start_ns
@@ -251,10 +256,10 @@ class DeferredSpan:
         """Start the tracer's span with everything kept so far."""
         self.made = True
         context = self.context
-        if context is None and self.parent_ref is not None:
-            resolve, parent, template = self.parent_ref
-            context = resolve(parent, template)
-            self.parent_ref = None
+        parent = self.parent_ref
+        if context is None and parent is not None and (resolve := self.queue.resolve) is not None:
+            context = resolve(parent, self.parent_template)
+            self.parent_ref = self.parent_template = None
         identity = self.identity
         token = SPAN_IDENTITY.set(identity) if identity is not None else None
         try:

@@ -463,7 +463,7 @@ class SpanMapper(EventSpans):
             rec,
             ns,
             ax.run_close_attributes(event, self._mask),
-            ax.closer_status(event),
+            ax.closer_status(event, "run:end"),
             message=message,
             force_error=unsettled,
             error_source=event,
@@ -524,7 +524,7 @@ class SpanMapper(EventSpans):
         if rec is None:
             self._attach_event(event, ns, "child:end")
             return
-        self._close(rec, ns, {}, ax.closer_status(event))
+        self._close(rec, ns, {}, ax.closer_status(event, "child:end"))
 
     def _on_agent_end(self, event: ax.Event, ns: int) -> None:
         agent = self._agents.end(event)
@@ -534,7 +534,7 @@ class SpanMapper(EventSpans):
             self._attach_event(event, ns, "agent:end")
             return
         attrs = ax.agent_close_attributes(event, had_invocations=rec.has_invocations)
-        self._close(rec, ns, attrs, ax.closer_status(event), error_source=event)
+        self._close(rec, ns, attrs, ax.closer_status(event, "agent:end"), error_source=event)
 
     def _owner(self, span_id: object, event: ax.Event, attrs: dict[str, ax.AttrValue]) -> MappedSpan | None:
         """Invocation and tool spans hang off the span keyed by their spanId (the agent)."""
@@ -567,7 +567,11 @@ class SpanMapper(EventSpans):
             self._attach_event(event, ns, "agent:phase:end")
             return
         self._close(
-            rec, ns, ax.invocation_close_attributes(event), ax.closer_status(event), error_source=event
+            rec,
+            ns,
+            ax.invocation_close_attributes(event),
+            ax.closer_status(event, "agent:phase:end"),
+            error_source=event,
         )
         self._invocations.close(key)
 
@@ -578,7 +582,7 @@ class SpanMapper(EventSpans):
         attrs = ax.tool_open_attributes(event, self._mask, self._envelope(event))
         parent = self._owner(event.get("spanId"), event, attrs)
         tool_name = attrs[sc.TOOL_NAME]  # already masked by tool_open_attributes
-        identity = self._tools.identity(owner_key, id_key, self._identity)
+        identity = self._tools.identity(owner_key, id_key, event, self._identity)
         rec = self._start(TOOL, ax.tool_span_name(tool_name, self._mask), event, ns, parent, identity, attrs)
         self._tools.opened(rec, owner_key, id_key, event)
 
@@ -588,5 +592,9 @@ class SpanMapper(EventSpans):
             self._attach_event(event, ns, "tool:end")
             return
         self._close(
-            rec, ns, ax.tool_close_attributes(event, self._mask), ax.closer_status(event), error_source=event
+            rec,
+            ns,
+            ax.tool_close_attributes(event, self._mask),
+            ax.closer_status(event, "tool:end"),
+            error_source=event,
         )

@@ -36,7 +36,7 @@ class SpanOpener:
         self._root_context = root_context  # the context a span without a parent starts in
         # A no-op tracer makes nothing: nothing to wait for.
         defers = end_batch > 0 and self._recorder is None and not isinstance(tracer, NoOpTracer)
-        self.ends = EndQueue(end_batch) if defers else None
+        self.ends = EndQueue(end_batch, child_context) if defers else None
 
     def context_for(self, parent: MappedSpan | None, template: SpanContext | None) -> Context:
         """The context a child of ``parent`` (the root, for None) starts in."""
@@ -87,5 +87,6 @@ class SpanOpener:
             return DeferredSpan(self._start_span, ends, name, context, attrs, ns, identity, keeps)
         # The parent waits too: it starts when this span does, just before it.
         span = DeferredSpan(self._start_span, ends, name, None, attrs, ns, identity, keeps)
-        span.parent_ref = (child_context, parent, template)
+        span.parent_ref = parent
+        span.parent_template = template
         return span

@@ -16,12 +16,16 @@ from rulvar_otel.otel._span_state import MappedSpan
 __all__ = ["ToolPairing", "tool_keys"]
 
 
-def tool_keys(event: Event) -> tuple[str, tuple[str, str] | None]:
-    """``(owner key, (owner, toolCallId) or None)`` of a tool event."""
+def tool_keys(event: Event) -> tuple[str, str | None]:
+    """``(owner key, the key of its toolCallId or None)`` of a tool event.
+
+    The id key is one string, equal exactly when both the owner and the call id are: a string is
+    hashed and compared in the dict's fast path, and the collector never tracks it.
+    """
     span_id = event.get("spanId")
     owner_key = span_id if isinstance(span_id, str) else ""
     call_id = event.get("toolCallId")
-    return owner_key, ((owner_key, call_id) if isinstance(call_id, str) else None)
+    return owner_key, (f"{len(owner_key)}:{owner_key}{call_id}" if isinstance(call_id, str) else None)
 
 
 def _fifo_key(owner_key: str, event: Event) -> tuple[str, str]:
@@ -35,11 +39,11 @@ class ToolPairing:
     __slots__ = ("_by_id", "_fifo", "_ordinal")
 
     def __init__(self) -> None:
-        self._by_id: dict[tuple[str, str], MappedSpan] = {}
+        self._by_id: dict[str, MappedSpan] = {}
         self._fifo: dict[tuple[str, str], deque[MappedSpan]] = {}
         self._ordinal = 0
 
-    def replays_open(self, id_key: tuple[str, str], event: Event) -> bool:
+    def replays_open(self, id_key: str, event: Event) -> bool:
         """Whether ``event`` (a ``tool:start``) replays the start of a tool span still open; that
         span is then marked replayed, and no second one opens."""
         if event.get("replayed") is not True:
@@ -51,14 +55,14 @@ class ToolPairing:
             existing.span.set_attribute(sc.REPLAYED, True)
         return True
 
-    def identity(self, owner_key: str, id_key: tuple[str, str] | None, with_ids: bool) -> str:
+    def identity(self, owner_key: str, id_key: str | None, event: Event, with_ids: bool) -> str:
         """The deterministic-id identity of a new tool span (id-less spans are numbered)."""
         if id_key is not None:
-            return f"tool:{owner_key}:{id_key[1]}" if with_ids else ""
+            return f"tool:{owner_key}:{event.get('toolCallId')}" if with_ids else ""
         self._ordinal += 1
         return f"tool:{owner_key}:#{self._ordinal}"
 
-    def opened(self, rec: MappedSpan, owner_key: str, id_key: tuple[str, str] | None, event: Event) -> None:
+    def opened(self, rec: MappedSpan, owner_key: str, id_key: str | None, event: Event) -> None:
         """Index a new tool span under the keys :func:`tool_keys` gave for its start."""
         if id_key is not None:
             self._by_id[id_key] = rec
