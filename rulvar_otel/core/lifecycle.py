@@ -112,8 +112,9 @@ class AgentLifecycle(Generic[P]):
         """Close the open span an ``agent:end`` names; the record its start made, or ``None``."""
         span_id = event.get("spanId")
         key = span_id if isinstance(span_id, str) else ""
-        record = self._open.pop(key, None)
+        record = self._open.get(key)
         if record is not None:
+            del self._open[key]  # compiled, `del` is a C call; `pop` is a method call
             record.open = False
             self._closed[key] = None
         return record

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
-from opentelemetry.trace import INVALID_SPAN_CONTEXT, Link, SpanContext, Status, StatusCode, Tracer
+from opentelemetry.trace import INVALID_SPAN_CONTEXT, Link, SpanContext, Tracer
 
 from rulvar_otel.core.handle import RunOutcome
 from rulvar_otel.core.lifecycle import AgentLifecycle
@@ -27,6 +27,7 @@ from rulvar_otel.otel._deferred import DeferredSpan
 from rulvar_otel.otel._end_inference import end_at_suspension, end_unclosed, mark_segment_leftovers
 from rulvar_otel.otel._mapper_helpers import (
     MaskMemo,
+    closing_status,
     envelope_attributes,
     hashable,
     reads_identity,
@@ -34,7 +35,6 @@ from rulvar_otel.otel._mapper_helpers import (
 )
 from rulvar_otel.otel._opener import SpanOpener
 from rulvar_otel.otel._parentage import NO_PARENT, Parentage, start_back_link
-from rulvar_otel.otel._records import STATUS_ERROR, STATUS_OK
 from rulvar_otel.otel._scopes import hosts_events, innermost_open, innermost_scope
 from rulvar_otel.otel._span_source import EventSpans
 from rulvar_otel.otel._span_state import (
@@ -168,8 +168,7 @@ class SpanMapper(EventSpans):
             _log.debug("event %s could not be mapped", self.event_count, exc_info=True)
 
     def _map(self, event: ax.Event, ns: int) -> None:
-        """Hand ``event`` to its type's handler. An if-chain, most frequent types first: compiled,
-        each test is a length check, and each handler a native call with ``ns`` unboxed."""
+        """``event`` to its type's handler: compiled, each test a length check, each call native."""
         kind = event.get("type")
         if type(kind) is not str:
             self._attach_event(event, ns, "(unknown)")
@@ -185,10 +184,12 @@ class SpanMapper(EventSpans):
             self._on_agent_start(event, ns)
         elif kind == "agent:end":
             self._on_agent_end(event, ns)
-        elif kind == "phase:start":
-            self._on_scope_start(PHASE, event, ns)
-        elif kind == "child:start":
-            self._on_scope_start(CHILD, event, ns)
+        elif kind == "phase:start" or kind == "child:start":
+            span_id = event.get("spanId")  # an opener whose spanId has a span already opens nothing
+            if isinstance(span_id, str) and (existing := keyed(self._by_span_id, span_id)) is not None:
+                self._duplicate_opener(existing, event, ns)
+            else:
+                self._open_scope(PHASE if kind == "phase:start" else CHILD, event, ns)
         elif kind == "child:end":
             self._on_child_end(event, ns)
         elif kind == "run:start":
@@ -329,16 +330,16 @@ class SpanMapper(EventSpans):
             attributes[sc.ERROR_TYPE] = code if code is not None else sc.ERROR_TYPE_OTHER
             if message is None:
                 message = literal
-        # Up to two attributes (every tool closer), set_attribute each is cheaper; then one pass.
-        if len(attributes) <= 2:
+        status = closing_status(ok, waiting, message)
+        if type(span) is DeferredSpan:  # compiled: native calls, the attributes in one
+            span.set_attributes(attributes)
+        elif len(attributes) <= 2:  # every tool closer: set_attribute each is cheaper in the SDK
             for key, value in attributes.items():
                 span.set_attribute(key, value)
         else:
             span.set_attributes(attributes)
-        if ok:
-            span.set_status(STATUS_OK)
-        elif not waiting:
-            span.set_status(STATUS_ERROR if message is None else Status(StatusCode.ERROR, message))
+        if status is not None:
+            span.set_status(status)
         end_span(rec, span, ns, self._template, self._ends)  # _end inlined: span is known to be set
         self._open_live -= 1
         retire(self._by_span_id, rec, self._template)
@@ -488,14 +489,6 @@ class SpanMapper(EventSpans):
             self._duplicate_opener(existing, event, ns)
         else:  # the repeat of a closed opener without a spanId: no span to mark
             self._attach_event(event, ns, "agent:start", replayed=event.get("replayed") is True)
-
-    def _on_scope_start(self, kind: int, event: ax.Event, ns: int) -> None:
-        """phase:start and child:start: an opener whose spanId has a span already opens nothing."""
-        span_id = event.get("spanId")
-        if isinstance(span_id, str) and (existing := keyed(self._by_span_id, span_id)) is not None:
-            self._duplicate_opener(existing, event, ns)
-        else:
-            self._open_scope(kind, event, ns)
 
     def _open_scope(self, kind: int, event: ax.Event, ns: int) -> MappedSpan:
         """A phase, child or agent span keyed by its spanId, parented by its parentSpanId."""

@@ -10,12 +10,14 @@ from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
-from opentelemetry.trace import NoOpTracer, Tracer
+from opentelemetry.trace import NoOpTracer, Status, StatusCode, Tracer
 
 from rulvar_otel.otel import semconv as sc
 from rulvar_otel.otel._attributes import AttrValue, Event, fits_int64
+from rulvar_otel.otel._records import STATUS_ERROR, STATUS_OK
 
 __all__ = [
+    "closing_status",
     "envelope_attributes",
     "SETTLEMENT_FAILED_MESSAGE",
     "SUPERSEDED_MESSAGE",
@@ -88,6 +90,15 @@ _SCALARS: Final = (str, int, float, bool)  # a tuple: ``str | int`` is built ane
 def hashable(value: object) -> object:
     """``value`` as a dict key part: scalars as they are, anything else by its repr."""
     return value if isinstance(value, _SCALARS) or value is None else repr(value)
+
+
+def closing_status(ok: bool, waiting: bool, message: str | None) -> Status | None:
+    """The status a closer sets: OK, none for a suspension (UNSET), else ERROR with ``message``."""
+    if ok:
+        return STATUS_OK
+    if waiting:
+        return None
+    return STATUS_ERROR if message is None else Status(StatusCode.ERROR, message)
 
 
 def envelope_attributes(run_id: str | None, event: Event, mask: Callable[[str], str]) -> dict[str, AttrValue]:

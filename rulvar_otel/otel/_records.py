@@ -65,7 +65,8 @@ def update_as_sdk(own: dict[str, Any], attributes: Mapping[str, AttributeValue])
     # A plain dict (the mapper's own) is iterated by the compiled loop; another mapping is copied.
     given: dict[str, Any] = attributes if type(attributes) is dict else dict(attributes)
     for key, value in given.items():
-        own.pop(key, None)
+        if key in own:
+            del own[key]  # noqa: RUF051 - compiled, `in` and `del` are C calls; `pop` is a method call
         own[key] = value
 
 

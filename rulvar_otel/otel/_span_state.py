@@ -216,7 +216,8 @@ class InvocationSpans:
 
     def close(self, key: InvocationKey) -> None:
         """``key``'s span has ended: only the key stays."""
-        self.open.pop(key, None)
+        if key in self.open:
+            del self.open[key]  # compiled, `del` is a C call; `pop` is a method call
         self._closed[key] = None
 
 
@@ -338,7 +339,9 @@ def end_span(
         ns = rec.start_ns  # a clock step backwards must not make a negative duration
     if ns < rec.events_end:
         ns = rec.events_end  # nor leave one of its span events outside it
-    if queue is not None and type(span) is not DeferredSpan:
+    if type(span) is DeferredSpan:
+        span.end(ns)  # compiled: a native call
+    elif queue is not None:
         queue.end_later(span, ns)
     else:
         span.end(end_time=ns)

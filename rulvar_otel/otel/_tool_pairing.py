@@ -74,7 +74,9 @@ class ToolPairing:
         owner_key, id_key = tool_keys(event)
         rec: MappedSpan | None = None
         if id_key is not None:
-            rec = self._by_id.pop(id_key, None)
+            rec = self._by_id.get(id_key)
+            if rec is not None:
+                del self._by_id[id_key]  # compiled, `del` is a C call; `pop` is a method call
             if rec is not None and (rec.ended or rec.pending_end is not None):
                 rec = None
         if rec is None:

@@ -12,7 +12,6 @@ mapping itself is documented in ``docs/otel-mapping.md``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Final
 
 from rulvar_otel._version import __version__
@@ -125,7 +124,7 @@ GEN_AI_OPERATION_EXECUTE_TOOL: Final[str] = "execute_tool"
 GEN_AI_OPERATION_INVOKE_WORKFLOW: Final[str] = "invoke_workflow"
 # Adapter id (lower-cased) -> the convention's well-known gen_ai.provider.name value. An adapter id
 # that is not listed is exported as it is (masked). The well-known values map to themselves.
-GEN_AI_PROVIDER_NAMES: Final[Mapping[str, str]] = {
+GEN_AI_PROVIDER_NAMES: Final[dict[str, str]] = {
     **{
         value: value
         for value in (
