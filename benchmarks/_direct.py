@@ -55,15 +55,16 @@ def sdk_run(stream: Path, make_exporter: Callable[[], SpanExporter], *, meter: A
 def direct_run(stream: Path, make_exporter: Callable[[], SpanExporter], *, metrics: Any = None) -> int:
     """parse + map + export on the direct path; returns the spans made.
 
-    ``metrics(masker)`` makes an aggregator fed the same pass, its exemplars naming the mapper's
-    spans, as the CLI wires it.
+    ``metrics(masker, resource=...)`` makes an aggregator fed the same pass, its exemplars naming
+    the mapper's spans, as the CLI wires it: the CLI composes the resource once for the export and
+    hands it to both pipelines, so the aggregator gets the traces' resource here too.
     """
     from rulvar_otel.core.masking import compile_secret_masker
     from rulvar_otel.otel.direct import export_events_direct
     from rulvar_otel.sources.jsonl import JsonlEventSource
 
     masker = compile_secret_masker()  # one per export, shared as export_events shares it
-    aggregator = metrics(masker) if metrics is not None else None
+    aggregator = metrics(masker, resource=_RESOURCE) if metrics is not None else None
     try:
         with JsonlEventSource(stream) as source:
             return export_events_direct(

@@ -433,7 +433,11 @@ class RunMetrics:
         # generic one through a bound method; any other source through _span_ids_reader.
         self._mapper = spans if isinstance(spans, EventSpans) else None
         self._span_ids = _span_ids_reader(spans) if self._mapper is None else None
-        self._queue: list[tuple[WireEvent, _Plan, _SpanIds | None]] = []
+        # The events waiting for the next batch, with their plans and spans beside them: three
+        # flat lists, no tuple per event to allocate (and for the collector to track).
+        self._events: list[WireEvent] = []
+        self._event_plans: list[_Plan] = []
+        self._event_ids: list[_SpanIds | None] = []
         self._finished = False
 
     def feed(self, event: Mapping[str, Any]) -> None:
@@ -453,9 +457,11 @@ class RunMetrics:
                 ids = mapper.event_span_ids()
             elif (span_ids := self._span_ids) is not None:
                 ids = span_ids()
-        queue = self._queue
-        queue.append((wire, plan, ids))
-        if len(queue) >= _BATCH_EVENTS:
+        events = self._events
+        events.append(wire)
+        self._event_plans.append(plan)
+        self._event_ids.append(ids)
+        if len(events) >= _BATCH_EVENTS:
             with self._aggregator._lock:
                 self.drain()
 
@@ -480,10 +486,16 @@ class RunMetrics:
         instead of between the span mapper's calls, and keep each other's code in the CPU caches.
         """
         # The aggregator's fold called on it, not bound: a compiled method then takes a direct call.
-        queue, state, aggregator = self._queue, self._state, self._aggregator
-        count = len(queue)  # the producer may append meanwhile (a reader collecting): fold these
+        events, plans, all_ids = self._events, self._event_plans, self._event_ids
+        state, aggregator = self._state, self._aggregator
+        # The producer may append meanwhile (a reader collecting): fold these. Its ids go last, so
+        # every index below their length has all three.
+        count = len(all_ids)
         now: Any = time.time_ns()  # when this batch is folded: its exemplars' time (boxed once)
-        for event, (series, advance, _), ids in queue[:count]:
+        for index in range(count):
+            event = events[index]
+            series, advance, _ = plans[index]
+            ids = all_ids[index]
             try:
                 if event.get("replayed") is True:
                     # It restates history already counted; only the agent pairing still reads it.
@@ -496,7 +508,9 @@ class RunMetrics:
                     state.advance(event)
             except Exception:  # noqa: BLE001 - a malformed event is skipped, not fatal
                 _log.debug("metrics: event skipped", exc_info=True)
-        del queue[:count]
+        del events[:count]
+        del plans[:count]
+        del all_ids[:count]
 
 
 def attach_reader(reader: MetricReader, aggregator: MetricsAggregator) -> MetricReader:

@@ -387,7 +387,8 @@ def fold_invocation_duration(state: FoldState, event: WireEvent) -> tuple[Observ
         return ()
     # The phase event names no error class; the convention's fallback value says so.
     error = None if event.get("outcome") in ("ok", None) else "_OTHER"
-    return ((millis / 1000.0, (*_phase_attrs(state, event), error)),)
+    workflow, model, provider, role = _phase_attrs(state, event)  # compiled: no list in between
+    return ((millis / 1000.0, (workflow, model, provider, role, error)),)
 
 
 def fold_spend(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
@@ -482,15 +483,14 @@ _TOOL_GUARDS: Final = EVENT_FACTS["tool:end"]["guard"].values
 
 def _build_tool_attrs(state: FoldState, event: WireEvent) -> tuple[str, str, str, str, str]:
     # _enum for the two enum labels, with their value sets bound once: this runs per tool call.
-    get = event.get
-    outcome = _str(get("outcome"))
-    guard = _str(get("guard"), NONE)
+    outcome = _str(event.get("outcome"))
+    guard = _str(event.get("guard"), NONE)
     return (
         state.workflow,
-        _str(get("toolName")),
+        _str(event.get("toolName")),
         outcome if outcome == UNKNOWN or outcome in _TOOL_OUTCOMES else OTHER,
         guard if guard == NONE or guard in _TOOL_GUARDS else OTHER,
-        _str(get("decidedBy"), NONE),
+        _str(event.get("decidedBy"), NONE),
     )
 
 

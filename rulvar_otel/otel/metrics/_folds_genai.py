@@ -44,7 +44,7 @@ def _agent_name(event: WireEvent) -> str | None:
     return agent_type if isinstance(agent_type, str) and agent_type else None  # as the span's
 
 
-def _build_invoke_agent_attrs(state: FoldState, event: WireEvent) -> tuple[Any, ...]:
+def _build_invoke_agent_attrs(state: FoldState, event: WireEvent) -> tuple[str, str, str | None, str, str]:
     span = state.agents.get(event.get("spanId"))
     model, provider = (
         state.model(span.model) if span is not None and not span.replayed else (UNKNOWN, UNKNOWN)
@@ -57,7 +57,8 @@ def fold_invoke_agent_duration(state: FoldState, event: WireEvent) -> tuple[Obse
     if seconds is None:
         return ()
     error = _error_type(event, "status", _mapping(event.get("error")).get("code"))
-    return ((seconds, (*state.shared(event, _build_invoke_agent_attrs), error)),)
+    workflow, operation, name, model, provider = state.shared(event, _build_invoke_agent_attrs)
+    return ((seconds, (workflow, operation, name, model, provider, error)),)
 
 
 def _agent_counts(state: FoldState, event: WireEvent) -> list[int] | None:
@@ -65,7 +66,8 @@ def _agent_counts(state: FoldState, event: WireEvent) -> list[int] | None:
     if span is None or span.replayed:
         return None  # a resumed agent's earlier calls were counted (or replayed) elsewhere
     span_id = event.get("spanId")
-    return state.agent_calls.get(span_id, [0, 0]) if isinstance(span_id, str) else [0, 0]
+    counts = state.agent_calls.get(span_id) if isinstance(span_id, str) else None
+    return counts if counts is not None else [0, 0]
 
 
 def fold_invoke_agent_inference_calls(state: FoldState, event: WireEvent) -> tuple[Observation, ...]:
