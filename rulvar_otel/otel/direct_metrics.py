@@ -273,8 +273,7 @@ class MetricsAggregator:
                 key = cache.get(raw)
                 if key is None:
                     key = self._resolve(series, raw)
-                kept = [v for v in values if v >= 0]  # the SDK refuses negative (and NaN) values
-                if not kept:
+                if not any(value >= 0 for value in values):  # the SDK refuses negative, NaN values
                     continue
                 found = buckets.get(key)
                 if found is None and len(buckets) >= self._limit:
@@ -283,10 +282,6 @@ class MetricsAggregator:
                 if found is None:
                     found = buckets[key] = _Buckets([0] * (len(bounds) + 1))
                 _count_into(found, bounds, values, spans, times)
-                found.total += sum(kept)
-                found.count += len(kept)
-                found.low = min(found.low, min(kept))
-                found.high = max(found.high, max(kept))
             series.pending = {}
             series.waiting = 0
 
@@ -383,6 +378,17 @@ def _count_into(
     from the last and an exemplar is made once per bucket."""
     counts = found.counts
     latest: list[_Exemplar | None] = [None] * len(counts)
+    # The point's sum, count, min and max: one compiled pass, summed in observation order as the
+    # SDK sums (a float sum depends on its order).
+    total, count, low, high = found.total, found.count, found.low, found.high
+    for value in values:
+        if value >= 0:
+            total += value
+            count += 1
+            if value < low:
+                low = value
+            if value > high:
+                high = value
     for index in range(len(values) - 1, -1, -1):
         value = values[index]
         if value >= 0:
@@ -392,6 +398,7 @@ def _count_into(
                 ids = spans[index]
                 if ids is not None:
                     latest[bucket] = (value, (times[index], ids[0], ids[1]))
+    found.total, found.count, found.low, found.high = total, count, low, high
     exemplars = found.exemplars
     for bucket, item in enumerate(latest):
         if item is not None:
