@@ -17,8 +17,6 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import (
     INVALID_SPAN_CONTEXT,
-    INVALID_SPAN_ID,
-    INVALID_TRACE_ID,
     NonRecordingSpan,
     Span,
     SpanContext,
@@ -58,6 +56,9 @@ __all__ = [
     "span_ids",
     "template_shape",
 ]
+
+# INVALID_TRACE_ID and INVALID_SPAN_ID (both 0 in the API), a literal compared natively.
+_INVALID_ID: Final = 0
 
 # The span kinds: Final literals, so compiled code compares native ints (no module lookup).
 RUN: Final = 0
@@ -288,10 +289,11 @@ def span_ids(rec: MappedSpan, template_trace_id: int) -> tuple[int, int] | None:
     if rec.deferred is not None:
         _undefer(rec)
     ctx = rec.context
+    if type(ctx) is int:  # kept by its span id (the usual case): compiled, no module lookup
+        return (template_trace_id, ctx) if template_trace_id != _INVALID_ID and ctx != _INVALID_ID else None
     if isinstance(ctx, SpanContext):
         return (ctx.trace_id, ctx.span_id) if ctx.is_valid else None
-    trace_id = template_trace_id
-    return (trace_id, ctx) if trace_id != INVALID_TRACE_ID and ctx != INVALID_SPAN_ID else None
+    return None
 
 
 def template_shape(template: SpanContext) -> tuple[int, object]:
